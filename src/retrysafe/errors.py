@@ -1,0 +1,204 @@
+"""Every condition retrysafe reports, one class each.
+
+The CLI turns any :class:`RetrysafeError` into one line on stderr and the
+exit code the class carries; Python callers catch the class they care about
+and read the fields (key, step, state) instead of parsing the message.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "EXIT_BLOCKED",
+    "EXIT_BUSY",
+    "EXIT_DONE",
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "ApprovalRequired",
+    "AttemptNotActive",
+    "AttemptsExhausted",
+    "Busy",
+    "ConfigError",
+    "ConnectorError",
+    "HomeNotWritable",
+    "InvalidInput",
+    "InvalidParameter",
+    "LedgerAuthError",
+    "LedgerError",
+    "LedgerUnavailable",
+    "NotInAttempt",
+    "OutcomeBlocked",
+    "PayloadMismatch",
+    "RetrysafeError",
+    "SchemaTooNew",
+    "StaleAttempt",
+    "StepBlocked",
+    "StepFailed",
+    "StepUnknown",
+    "UnknownJob",
+    "UnknownOutcome",
+    "UnknownStep",
+]
+
+EXIT_DONE = 0
+"""The outcome is done, or the step was skipped because it already was."""
+EXIT_FAILED = 1
+"""The work failed; the state was recorded."""
+EXIT_USAGE = 2
+"""Usage, configuration or input error; nothing was changed."""
+EXIT_BLOCKED = 3
+"""Blocked: a human must act (resolve, approve or retry)."""
+EXIT_BUSY = 75
+"""Busy or stale lease (EX_TEMPFAIL): another attempt holds the outcome; try later."""
+
+
+class RetrysafeError(Exception):
+    """Base class. ``exit_code`` is what the CLI exits with."""
+
+    exit_code: ClassVar[int] = EXIT_FAILED
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        step: str | None = None,
+        state: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.key = key
+        self.step = step
+        self.state = state
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# --- input and configuration (exit 2, nothing changed) -----------------------
+
+
+class InvalidInput(RetrysafeError):
+    """A name, value or option given by the caller is not acceptable."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(InvalidInput):
+    """The config file is missing, malformed or contradicts itself."""
+
+
+class UnknownJob(InvalidInput):
+    """The job is not declared in the config."""
+
+
+class InvalidParameter(InvalidInput):
+    """A job parameter is missing, extra, or not valid for its type."""
+
+
+class UnknownOutcome(InvalidInput):
+    """No outcome with this key is in the ledger."""
+
+
+class UnknownStep(InvalidInput):
+    """The outcome has no step with this name."""
+
+
+class NotInAttempt(InvalidInput):
+    """A step command was called outside any attempt."""
+
+
+class HomeNotWritable(InvalidInput):
+    """The home folder cannot be created or written."""
+
+
+class PayloadMismatch(InvalidInput):
+    """A step key is reused with a payload different from the recorded one."""
+
+
+# --- the ledger ---------------------------------------------------------------
+
+
+class LedgerError(RetrysafeError):
+    """The ledger could not be used."""
+
+    exit_code = EXIT_USAGE
+
+
+class SchemaTooNew(LedgerError):
+    """The ledger was written by a newer retrysafe; refusing to touch it."""
+
+
+class LedgerAuthError(LedgerError):
+    """The ledger refused the credentials."""
+
+
+class LedgerUnavailable(LedgerError):
+    """The ledger server cannot be reached now; try again later."""
+
+    exit_code = EXIT_BUSY
+
+
+# --- leases and fencing (exit 75) ------------------------------------------------
+
+
+class Busy(RetrysafeError):
+    """Another live attempt holds the outcome's lease."""
+
+    exit_code = EXIT_BUSY
+
+
+class StaleAttempt(RetrysafeError):
+    """This attempt's fencing token is no longer current; its writes are refused."""
+
+    exit_code = EXIT_BUSY
+
+
+class AttemptNotActive(StaleAttempt):
+    """The attempt has already finished."""
+
+
+# --- outcomes and steps -----------------------------------------------------------
+
+
+class OutcomeBlocked(RetrysafeError):
+    """The outcome is blocked; ``unblock`` says the command that would move it."""
+
+    exit_code = EXIT_BLOCKED
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        step: str | None = None,
+        state: str | None = "blocked",
+        unblock: str | None = None,
+    ) -> None:
+        super().__init__(message, key=key, step=step, state=state)
+        self.unblock = unblock
+
+
+class AttemptsExhausted(OutcomeBlocked):
+    """The job's attempt limit was reached."""
+
+
+class StepBlocked(OutcomeBlocked):
+    """A step cannot proceed without a human (ambiguity, missing lookup)."""
+
+
+class ApprovalRequired(StepBlocked):
+    """The step's effect class needs an approval record before it may execute."""
+
+
+class StepFailed(RetrysafeError):
+    """The step failed definitely: nothing happened."""
+
+
+class StepUnknown(RetrysafeError):
+    """The step's effect may or may not have happened; a lookup must decide."""
+
+
+class ConnectorError(RetrysafeError):
+    """A connector could not talk to its system (raised to the engine, never past it)."""
