@@ -1,0 +1,274 @@
+"""Occurrence keys come from the schedule, never from the clock."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from retrysafe.errors import ConfigError, InvalidInput, InvalidParameter
+from retrysafe.schedule import (
+    Schedule,
+    check_schedule,
+    format_occurrence,
+    next_occurrence,
+    occurrence_at,
+    occurrences_between,
+    parse_occurrence,
+    resolve_occurrence,
+)
+
+WARSAW = "Europe/Warsaw"
+WEEKLY = "0 7 * * 1"
+
+
+def utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
+
+
+def texts(schedule: str, tz: str, start: datetime, end: datetime) -> list[str]:
+    return [
+        format_occurrence(schedule, tz, o) for o in occurrences_between(schedule, tz, start, end)
+    ]
+
+
+# --- the run a retry belongs to -------------------------------------------------------
+
+
+def test_retry_on_tuesday_belongs_to_mondays_run() -> None:
+    """A retry of Monday 07:00's run that starts on Tuesday gets Monday's key."""
+    tuesday = utc(2026, 12, 8, 9, 30)
+    assert resolve_occurrence(WEEKLY, WARSAW, None, tuesday) == "2026-12-07T0700"
+
+
+def test_run_at_the_exact_minute_is_that_occurrence() -> None:
+    """The scheduler firing at 07:00:00 sharp derives 07:00, not the week before."""
+    monday_7 = utc(2026, 12, 7, 6, 0)  # 07:00 in Warsaw (UTC+1 in winter)
+    assert resolve_occurrence(WEEKLY, WARSAW, None, monday_7) == "2026-12-07T0700"
+    just_before = monday_7 - timedelta(microseconds=1)
+    assert resolve_occurrence(WEEKLY, WARSAW, None, just_before) == "2026-11-30T0700"
+
+
+def test_time_zone_defaults_to_utc_not_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two hosts in different zones derive the same key when the job names no zone."""
+    now = utc(2026, 12, 7, 23, 30)
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        tokyo = resolve_occurrence("0 0 * * *", None, None, now)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert tokyo == resolve_occurrence("0 0 * * *", None, None, now) == "2026-12-07T0000"
+
+
+def test_canonical_form_is_key_friendly() -> None:
+    """Canonical occurrences use only letters, digits, '-' and '_' (no ':' or '+')."""
+    text = resolve_occurrence(WEEKLY, WARSAW, None, utc(2026, 12, 8))
+    assert re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{4}(_2)?", text)
+
+
+# --- daylight saving time (Europe/Warsaw) ----------------------------------------------
+
+
+def test_spring_forward_fixed_time_runs_once_after_the_gap() -> None:
+    """02:30 does not exist on 2026-03-29 in Warsaw: the run is 03:00, once."""
+    got = texts("30 2 * * *", WARSAW, utc(2026, 3, 28), utc(2026, 3, 31))
+    assert got == ["2026-03-28T0230", "2026-03-29T0300", "2026-03-30T0230"]
+    # A retry at 03:10 summer time belongs to that 03:00 run.
+    assert resolve_occurrence("30 2 * * *", WARSAW, None, utc(2026, 3, 29, 1, 10)) == (
+        "2026-03-29T0300"
+    )
+
+
+def test_spring_forward_collapsed_times_share_one_occurrence() -> None:
+    """02:00 and 02:30 both fall in the gap; they become a single 03:00 occurrence."""
+    got = texts("0,30 2 * * *", WARSAW, utc(2026, 3, 28, 12), utc(2026, 3, 29, 12))
+    assert got == ["2026-03-29T0300"]
+
+
+def test_fall_back_fixed_time_runs_once_at_first_reading() -> None:
+    """02:30 happens twice on 2026-10-25; a fixed-time job runs at the first (summer) one."""
+    got = occurrences_between("30 2 * * *", WARSAW, utc(2026, 10, 24), utc(2026, 10, 27))
+    assert [o.astimezone(UTC) for o in got] == [
+        utc(2026, 10, 24, 0, 30),
+        utc(2026, 10, 25, 0, 30),  # 02:30+02:00
+        utc(2026, 10, 26, 1, 30),
+    ]
+    # A retry during the second 02:30 still belongs to that run, not the day before.
+    during_second = utc(2026, 10, 25, 1, 40)
+    assert resolve_occurrence("30 2 * * *", WARSAW, None, during_second) == "2026-10-25T0230"
+
+
+def test_fall_back_hourly_has_two_readings_with_distinct_keys() -> None:
+    """An hourly job fires at both 02:00 readings; the second key carries '_2'."""
+    got = texts("0 * * * *", WARSAW, utc(2026, 10, 24, 23), utc(2026, 10, 25, 2))
+    assert got == ["2026-10-25T0100", "2026-10-25T0200", "2026-10-25T0200_2", "2026-10-25T0300"]
+    second = utc(2026, 10, 25, 1)
+    # Compared in UTC: Python never finds a second reading (fold=1) equal across zones.
+    assert parse_occurrence("0 * * * *", WARSAW, "2026-10-25T0200_2").astimezone(UTC) == second
+    assert parse_occurrence("0 * * * *", WARSAW, "2026-10-25T02:00+01:00").astimezone(UTC) == second
+    # Without a suffix or offset, a local time means the first reading.
+    first = parse_occurrence("0 * * * *", WARSAW, "2026-10-25T02:00")
+    assert first.astimezone(UTC) == utc(2026, 10, 25, 0)
+
+
+def test_spring_forward_hourly_skips_the_missing_hour() -> None:
+    """An hourly job has no 02:00 on 2026-03-29 in Warsaw."""
+    got = texts("0 * * * *", WARSAW, utc(2026, 3, 28, 23), utc(2026, 3, 29, 2))
+    assert got == ["2026-03-29T0000", "2026-03-29T0100", "2026-03-29T0300", "2026-03-29T0400"]
+
+
+def test_nonexistent_local_time_is_refused_with_nearest() -> None:
+    """A backfill naming 02:30 on the spring-forward day says the time does not exist."""
+    with pytest.raises(InvalidParameter, match=r"does not exist.*2026-03-29T0300 \(after\)"):
+        parse_occurrence("30 2 * * *", WARSAW, "2026-03-29T02:30")
+
+
+# --- backfill values ---------------------------------------------------------------------
+
+
+def test_backfill_value_must_be_a_real_occurrence() -> None:
+    """-p occurrence=... naming a Tuesday for a Monday job fails and names the nearest runs."""
+    with pytest.raises(InvalidParameter) as info:
+        resolve_occurrence(WEEKLY, WARSAW, "2026-12-08T07:00")
+    assert "2026-12-07T0700 (before)" in str(info.value)
+    assert "2026-12-14T0700 (after)" in str(info.value)
+    assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2026-12-07T0700",
+        "2026-12-07T07:00",
+        "2026-12-07 07:00",
+        "2026-12-07T07:00+01:00",
+        "2026-12-07T06:00Z",
+        "2026-12-07",
+    ],
+)
+def test_backfill_value_forms_resolve_to_canonical(value: str) -> None:
+    """Canonical, local, offset, UTC and bare-date spellings of one run give one key."""
+    assert resolve_occurrence(WEEKLY, WARSAW, value) == "2026-12-07T0700"
+
+
+def test_bare_date_with_several_runs_asks_for_the_time() -> None:
+    """A bare date is refused when the schedule fires more than once that day."""
+    with pytest.raises(InvalidParameter, match=r"fires 2 times.*2026-12-07T0700, 2026-12-07T1900"):
+        resolve_occurrence("0 7,19 * * *", WARSAW, "2026-12-07")
+
+
+@pytest.mark.parametrize("value", ["next monday", "2026-12-07T07:00:30", "2026-13-01"])
+def test_malformed_values_are_invalid_parameters(value: str) -> None:
+    """Garbage, seconds and impossible dates are one clear InvalidParameter."""
+    with pytest.raises(InvalidParameter):
+        resolve_occurrence(WEEKLY, WARSAW, value)
+
+
+# --- configuration errors -----------------------------------------------------------------
+
+
+def test_occurrence_without_schedule_is_a_config_error() -> None:
+    """A job with an occurrence parameter but no schedule cannot derive a key."""
+    with pytest.raises(ConfigError, match="job has an occurrence parameter but no schedule"):
+        resolve_occurrence(None, WARSAW, None)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "tz", "message"),
+    [
+        ("0 7 * *", WARSAW, "expected 5 fields"),
+        ("0 0 7 * * 1", WARSAW, "expected 5 fields"),
+        ("61 7 * * 1", WARSAW, "invalid schedule"),
+        ("0 0 30 2 *", WARSAW, "invalid schedule"),
+        (WEEKLY, "Europe/Atlantis", "unknown time zone 'Europe/Atlantis'"),
+        (WEEKLY, "../etc/passwd", "unknown time zone"),
+    ],
+)
+def test_bad_schedule_or_zone_is_a_config_error(schedule: str, tz: str, message: str) -> None:
+    """Malformed schedules and unknown zones are ConfigError (exit 2) with the cause."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_schedule(schedule, tz)
+
+
+def test_nicknames_are_accepted() -> None:
+    """@daily and friends mean what cron means by them."""
+    assert resolve_occurrence("@weekly", WARSAW, None, utc(2026, 12, 8)) == "2026-12-06T0000"
+    assert Schedule.parse("@daily", None).expression == "0 0 * * *"
+
+
+def test_naive_now_is_refused() -> None:
+    """An instant without a zone could be any of 24 hours; it is refused, not guessed."""
+    with pytest.raises(InvalidInput, match="must carry a time zone"):
+        occurrence_at(WEEKLY, WARSAW, datetime(2026, 12, 8, 9, 30))
+
+
+def test_listing_is_bounded() -> None:
+    """A minutely schedule over a year is refused rather than listed."""
+    with pytest.raises(InvalidInput, match="narrow the range"):
+        occurrences_between("* * * * *", "UTC", utc(2026, 1, 1), utc(2027, 1, 1))
+
+
+# --- properties ------------------------------------------------------------------------------
+
+SCHEDULES = [
+    "0 7 * * 1",
+    "30 2 * * *",
+    "0,30 2 * * *",
+    "0 * * * *",
+    "*/15 * * * *",
+    "15 3 1 * *",
+    "0 0 29 2 *",
+    "45 23 * * 1-5",
+    "0 2 L * *",
+]
+ZONES = ["UTC", "Europe/Warsaw", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"]
+instants = st.datetimes(
+    min_value=datetime(2001, 1, 1), max_value=datetime(2060, 12, 31), timezones=st.just(UTC)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(schedule=st.sampled_from(SCHEDULES), tz=st.sampled_from(ZONES), now=instants)
+def test_occurrence_brackets_the_instant(schedule: str, tz: str, now: datetime) -> None:
+    """occurrence_at(now) <= now < the next occurrence after it, across DST changes."""
+    occ = occurrence_at(schedule, tz, now)
+    assert occ.astimezone(UTC) <= now
+    assert next_occurrence(schedule, tz, occ).astimezone(UTC) > now
+
+
+@settings(max_examples=300, deadline=None)
+@given(schedule=st.sampled_from(SCHEDULES), tz=st.sampled_from(ZONES), now=instants)
+def test_canonical_form_round_trips(schedule: str, tz: str, now: datetime) -> None:
+    """format then parse gives back the same instant, and resolving it is stable."""
+    occ = occurrence_at(schedule, tz, now)
+    text = format_occurrence(schedule, tz, occ)
+    assert parse_occurrence(schedule, tz, text).astimezone(UTC) == occ.astimezone(UTC)
+    assert resolve_occurrence(schedule, tz, text) == text
+    assert resolve_occurrence(schedule, tz, None, now) == text
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    schedule=st.sampled_from(SCHEDULES),
+    tz=st.sampled_from(ZONES),
+    start=instants,
+    hours=st.integers(min_value=0, max_value=24 * 40),
+)
+def test_listing_agrees_with_stepping(schedule: str, tz: str, start: datetime, hours: int) -> None:
+    """occurrences_between is exactly the chain of next occurrences inside the range."""
+    end = start + timedelta(hours=hours)
+    listed = [o.astimezone(UTC) for o in occurrences_between(schedule, tz, start, end)]
+    assert listed == sorted(set(listed))
+    assert all(start <= o <= end for o in listed)
+    expected: list[datetime] = []
+    cursor = next_occurrence(schedule, tz, start - timedelta(microseconds=1))
+    while cursor.astimezone(UTC) <= end:
+        expected.append(cursor.astimezone(UTC))
+        cursor = next_occurrence(schedule, tz, cursor)
+    assert listed == expected
