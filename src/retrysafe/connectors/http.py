@@ -33,7 +33,8 @@ from tenacity import (
     Retrying,
     retry_if_exception_type,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
 
 from ..errors import ConfigError, ConnectorError, InvalidInput
@@ -221,7 +222,8 @@ class HttpConnector(ConnectorBase):
     # --- requests -----------------------------------------------------------
 
     def _url(self, template: str, step_key: str) -> str:
-        return template.replace("{key}", quote(step_key, safe=""))
+        # The provider knows the key as the header carried it, so look it up so.
+        return template.replace("{key}", quote(header_value(step_key), safe=""))
 
     def _headers(self, step_key: str | None) -> dict[str, str]:
         headers = dict(self.headers)
@@ -306,7 +308,10 @@ class HttpConnector(ConnectorBase):
         url = self._url(self.lookup_url, step_key)
         retrying = Retrying(
             stop=stop_after_attempt(self.lookup_attempts),
-            wait=wait_exponential_jitter(initial=0.1, max=self.lookup_max_wait),
+            # Exponential from 0.1 s up to lookup_max_wait, plus up to 0.1 s of
+            # jitter so many waiting jobs do not knock in step.
+            wait=wait_exponential(multiplier=0.1, max=self.lookup_max_wait)
+            + wait_random(0, min(0.1, self.lookup_max_wait)),
             retry=retry_if_exception_type(_Transient),
             reraise=True,
         )
