@@ -1,0 +1,3 @@
+from retrysafe.cli import main
+
+main()

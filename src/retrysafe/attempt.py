@@ -1,0 +1,589 @@
+"""One attempt at work: generate steps, effect steps, close-out.
+
+The effect algorithm (DESIGN.md) lives in :meth:`Run.effect`, built from the
+phases an agent can also drive one by one (:meth:`Run.decide`,
+:meth:`Run.intent`, :meth:`Run.record`, :meth:`Run.mark_unknown`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .connectors.base import Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult
+from .crash import crash_point
+from .effects import EffectClass, OnUnknown, parse_class, policy_for
+from .errors import (
+    ApprovalRequired,
+    Busy,
+    InvalidInput,
+    PayloadMismatch,
+    StaleAttempt,
+    StepBlocked,
+    StepFailed,
+    StepUnknown,
+)
+from .folders import AttemptFolder
+from .fsio import sha256_file
+from .keys import check_name, step_key
+from .ledger import AttemptRecord, OutcomeRecord, StepRecord
+from .process import holder_gone, this_holder
+from .states import OutcomeState, StepState
+
+if TYPE_CHECKING:
+    from .config import Job
+    from .engine import Engine
+
+__all__ = ["Decision", "Run"]
+
+_S, _O = StepState, OutcomeState
+Execute = Callable[[str], str]
+Lookup = Callable[[str], LookupResult]
+Verify = Callable[[str, str], bool]
+
+
+def fingerprint(payload: Mapping[str, Any]) -> str:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do about one effect step (``retrysafe check``).
+
+    ``action`` is ``execute``, ``skip`` (``evidence`` holds the proof),
+    ``lookup`` (the last try is unknown: look for ``step_key`` in the external
+    system first) or ``blocked`` (``reason`` says why, ``unblock`` the command).
+    """
+
+    action: str
+    step_key: str
+    state: str | None
+    evidence: str | None = None
+    reason: str = ""
+    unblock: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "step_key": self.step_key,
+            "state": self.state,
+            "evidence": self.evidence,
+            "reason": self.reason,
+            "unblock": self.unblock,
+        }
+
+
+class Run:
+    """An attempt in progress. Get one from :func:`retrysafe.start`."""
+
+    def __init__(self, engine: Engine, job: Job, attempt: AttemptRecord | None,
+                 outcome: OutcomeRecord | None = None) -> None:
+        self.engine = engine
+        self.job = job
+        self.attempt = attempt
+        self.key = attempt.outcome_key if attempt else (outcome.key if outcome else "")
+        self.read_only = attempt is None
+        number = attempt.number if attempt else 0
+        self.folder = AttemptFolder(engine.home, job.name, self.key, number)
+        self._beat: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.lost = threading.Event()
+        self.on_lost: Callable[[], None] | None = None
+
+    @classmethod
+    def finished(cls, engine: Engine, job: Job, outcome: OutcomeRecord) -> Run:
+        """A read-only view of a done outcome: steps return what was recorded."""
+        return cls(engine, job, None, outcome)
+
+    # --- basics ------------------------------------------------------------------
+
+    @property
+    def ledger(self) -> Any:
+        return self.engine.ledger
+
+    @property
+    def dir(self) -> Path:
+        """This attempt's own folder."""
+        return self.folder.path
+
+    @property
+    def number(self) -> int:
+        return self.attempt.number if self.attempt else 0
+
+    def _attempt(self) -> AttemptRecord:
+        if self.attempt is None:
+            raise InvalidInput(f"outcome {self.key} is done; this run only reads", key=self.key)
+        return self.attempt
+
+    def env(self) -> dict[str, str]:
+        """The environment a command of this attempt gets."""
+        attempt = self._attempt()
+        settings = self.engine.config.settings
+        return {
+            "RETRYSAFE_HOME": str(settings.home),
+            "RETRYSAFE_CONFIG": str(settings.config_path),
+            "RETRYSAFE_LEDGER": settings.ledger_url,
+            "RETRYSAFE_JOB": self.job.name,
+            "RETRYSAFE_OUTCOME_KEY": self.key,
+            "RETRYSAFE_ATTEMPT": str(attempt.number),
+            "RETRYSAFE_ATTEMPT_ID": attempt.id,
+            "RETRYSAFE_ATTEMPT_DIR": str(self.dir),
+        }
+
+    def _log(self, skey: str, action: str, result: str, **extra: Any) -> None:
+        if self.attempt is not None:
+            self.folder.log(self.attempt.id, skey, action, result, **extra)
+
+    # --- heartbeat ---------------------------------------------------------------
+
+    def start_heartbeat(self, interval: float | None = None) -> None:
+        """Renew the lease in the background until :meth:`stop_heartbeat`.
+
+        When a renewal is refused (another attempt took over) ``lost`` is set
+        and ``on_lost`` is called, so the caller can stop its work.
+        """
+        attempt = self._attempt()
+        every = interval or max(0.5, min(self.job.lease_seconds / 3, 60.0))
+
+        def beat() -> None:
+            while not self._stop.wait(every):
+                try:
+                    self.ledger.renew(attempt, self.job.lease_seconds)
+                except StaleAttempt:
+                    self.lost.set()
+                    if self.on_lost:
+                        self.on_lost()
+                    return
+                except Exception:  # noqa: BLE001 - a ledger hiccup: try again next beat
+                    continue
+
+        self._beat = threading.Thread(target=beat, name="retrysafe-heartbeat", daemon=True)
+        self._beat.start()
+
+    def stop_heartbeat(self) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=5)
+            self._beat = None
+
+    # --- the effect algorithm, phase by phase --------------------------------
+
+    def _step_key(self, name: str, item: str | None) -> str:
+        return step_key(self.key, name, item)
+
+    def _runner_gone(self, step: StepRecord) -> bool:
+        """Is a ``running`` step orphaned (its attempt or its process is gone)?"""
+        if self.attempt is None or step.attempt_id != self.attempt.id:
+            return True  # running under another attempt: claim() superseded it or will
+        if step.runner is None:
+            return True
+        return step.runner.pid != os.getpid() and holder_gone(step.runner)
+
+    def decide(
+        self,
+        name: str,
+        effect_class: str | EffectClass,
+        *,
+        item: str | None = None,
+        has_lookup: bool = False,
+        looked_up: bool = False,
+    ) -> Decision:
+        """Steps 1-4 of the effect algorithm, without acting.
+
+        ``looked_up`` says a lookup already answered "absent" for an unknown step.
+        """
+        skey = self._step_key(name, item)
+        cls = parse_class(str(effect_class))
+        policy = policy_for(cls, self.job.classes)
+        step = self.ledger.step(skey)
+        state = step.state if step else None
+        if step is not None and step.state == _S.DONE:
+            return Decision("skip", skey, state, evidence=step.evidence)
+        if step is not None and step.state == _S.BLOCKED:
+            return Decision("blocked", skey, state, reason=step.reason,
+                            unblock=self._unblock(name, step))
+        if step is not None and step.state == _S.RUNNING and not self._runner_gone(step):
+            return Decision("busy", skey, state,
+                            reason=f"step {name} is running in process {step.runner.pid if step.runner else '?'}")
+        if step is not None and step.state in (_S.UNKNOWN, _S.RUNNING) and not looked_up:
+            if has_lookup or policy.on_unknown == OnUnknown.LOOKUP:
+                return Decision(
+                    "lookup", skey, state,
+                    reason=(f"the last try of {name} may have happened ({step.reason or step.state}): "
+                            f"look for {skey} in the external system before acting"),
+                )
+            if policy.on_unknown == OnUnknown.BLOCK:
+                return Decision("blocked", skey, state,
+                                reason=f"class {cls} is never retried blindly after an unclear result")
+        if step is not None and step.state == _S.FAILED and not policy.retry_failed:
+            return Decision("blocked", skey, state,
+                            reason=(f"{name} failed ({step.reason}); class {cls} is not retried "
+                                    "automatically"),
+                            unblock=f"retrysafe resolve {self.key} {name} --absent")
+        if policy.approval and not (step and step.approved_by):
+            return Decision("blocked", skey, state,
+                            reason=f"awaiting approval: class {cls} needs an approval record",
+                            unblock=f"retrysafe approve {self.key} {name}")
+        return Decision("execute", skey, state)
+
+    def _unblock(self, name: str, step: StepRecord) -> str:
+        if step.reason.startswith("awaiting approval"):
+            return f"retrysafe approve {self.key} {name}"
+        return f"retrysafe resolve {self.key} {name} --found EVIDENCE | --absent"
+
+    def _block(self, name: str, item: str | None, step: StepRecord | None, reason: str,
+               unblock: str, *, approval: bool = False, **fields: Any) -> StepBlocked:
+        skey = self._step_key(name, item)
+        expect = [step.state if step else None]
+        self.ledger.move_step(self._attempt(), skey, _S.BLOCKED, name=name, item=item or "",
+                              expect=expect, reason=reason, **fields)
+        self._log(skey, "block", reason)
+        cls = ApprovalRequired if approval else StepBlocked
+        return cls(f"step {name} of {self.key} is blocked: {reason}; to unblock: {unblock}",
+                   key=self.key, step=name, unblock=unblock)
+
+    def intent(self, name: str, effect_class: str | EffectClass, *, item: str | None = None,
+               check: str | None = None, connector: str | None = None,
+               fingerprint: str | None = None, kind: str = "effect",
+               runner_pid: int | None = None) -> StepRecord:
+        """Write-ahead ``running`` (step 5): durable before the external call."""
+        skey = self._step_key(name, item)
+        step = self.ledger.step(skey)
+        if step is not None and step.state == _S.RUNNING and not self._runner_gone(step):
+            raise Busy(f"step {name} of {self.key} is already running in process "
+                       f"{step.runner.pid if step.runner else '?'}", key=self.key, step=name,
+                       state=step.state)
+        if step is not None and step.state in (_S.DONE, _S.BLOCKED):
+            raise InvalidInput(f"step {name} of {self.key} is {step.state}; nothing to start",
+                               key=self.key, step=name, state=step.state)
+        crash_point(name, "before-intent")
+        fields: dict[str, Any] = {"effect_class": str(effect_class)}
+        if check is not None:
+            fields["check_cmd"] = check
+        if connector is not None:
+            fields["connector"] = connector
+        if fingerprint is not None:
+            fields["fingerprint"] = fingerprint
+        got = self.ledger.move_step(
+            self._attempt(), skey, _S.RUNNING, name=name, item=item or "", kind=kind,
+            expect=[step.state if step else None], runner=this_holder(runner_pid),
+            reason=f"attempt {self.number} started it", **fields,
+        )
+        self._log(skey, "intent", "running")
+        crash_point(name, "after-intent")
+        return got  # type: ignore[no-any-return]
+
+    def record(self, name: str, evidence: str, *, item: str | None = None,
+               outcome_state: str = _O.DELIVERED, **fields: Any) -> StepRecord:
+        """Evidence and ``done``, immediately after success (step 7)."""
+        skey = self._step_key(name, item)
+        got = self.ledger.move_step(self._attempt(), skey, _S.DONE, name=name, item=item or "",
+                                    expect=[_S.RUNNING], evidence=evidence,
+                                    outcome_state=outcome_state, reason="", **fields)
+        self._log(skey, "record", "done", evidence=evidence)
+        crash_point(name, "after-record")
+        return got  # type: ignore[no-any-return]
+
+    def mark_unknown(self, name: str, reason: str, *, item: str | None = None) -> StepRecord:
+        skey = self._step_key(name, item)
+        got = self.ledger.move_step(self._attempt(), skey, _S.UNKNOWN, name=name,
+                                    item=item or "", expect=[_S.RUNNING], reason=reason)
+        self._log(skey, "unknown", reason)
+        return got  # type: ignore[no-any-return]
+
+    def mark_failed(self, name: str, reason: str, *, item: str | None = None) -> StepRecord:
+        skey = self._step_key(name, item)
+        got = self.ledger.move_step(self._attempt(), skey, _S.FAILED, name=name,
+                                    item=item or "", expect=[_S.RUNNING], reason=reason)
+        self._log(skey, "fail", reason)
+        return got  # type: ignore[no-any-return]
+
+    def settle_found(self, name: str, evidence: str, *, item: str | None = None,
+                     how: str = "lookup") -> StepRecord:
+        """A lookup found the effect: record it without executing."""
+        skey = self._step_key(name, item)
+        step = self.ledger.step(skey)
+        got = self.ledger.move_step(self._attempt(), skey, _S.DONE, name=name, item=item or "",
+                                    expect=[step.state if step else None], evidence=evidence,
+                                    outcome_state=_O.DELIVERED, reason=f"found by {how}")
+        self._log(skey, "lookup", "found", evidence=evidence)
+        return got  # type: ignore[no-any-return]
+
+    # --- the whole algorithm -----------------------------------------------------
+
+    def effect(
+        self,
+        name: str,
+        effect_class: str | EffectClass | None = None,
+        *,
+        execute: Execute | None = None,
+        lookup: Lookup | None = None,
+        connector: ConnectorBase | None = None,
+        connector_name: str | None = None,
+        payload: Mapping[str, Any] | None = None,
+        item: str | None = None,
+        check: str | None = None,
+        allow_update: bool = False,
+    ) -> str:
+        """Perform an effect at most once and return its evidence.
+
+        Give either ``execute`` (and ideally ``lookup``), or a ``connector`` with
+        its ``payload``. ``execute`` receives the step key to hand to the
+        provider and returns the evidence; it raises
+        :class:`~retrysafe.connectors.EffectFailed` when nothing happened.
+        """
+        check_name("step", name)
+        if connector is not None:
+            data: Mapping[str, Any] = payload or {}
+            effect_class = effect_class or connector.effect_class
+            conn = connector
+            execute = execute or (lambda skey: conn.execute(skey, data))
+            lookup = lookup or (lambda skey: conn.lookup(skey, data))
+        if execute is None or effect_class is None:
+            raise InvalidInput(f"step {name}: give execute= and an effect class, or a connector")
+        cls = parse_class(str(effect_class))
+        skey = self._step_key(name, item)
+        fp = fingerprint(payload) if payload is not None else None
+        if self.read_only:
+            return self._recorded(name, skey)
+        step = self.ledger.step(skey)
+        if fp and step is not None and step.fingerprint and step.fingerprint != fp:
+            if not (allow_update and connector is not None and connector.updatable
+                    and step.state == _S.DONE):
+                raise PayloadMismatch(
+                    f"step {name} of {self.key} was recorded with a different payload; "
+                    "use a new step name or item"
+                    + (", or allow updating in place" if connector is not None and connector.updatable else ""),
+                    key=self.key, step=name, state=step.state)
+            assert connector is not None and payload is not None
+            evidence = connector.update(skey, payload)
+            self.ledger.move_step(self._attempt(), skey, _S.DONE, name=name, item=item or "",
+                                  expect=[_S.DONE], evidence=evidence, fingerprint=fp,
+                                  reason="updated in place")
+            self._log(skey, "update", "done", evidence=evidence)
+            return evidence
+        decision = self.decide(name, cls, item=item, has_lookup=lookup is not None)
+        if decision.action == "skip":
+            self._log(skey, "check", "skip", evidence=decision.evidence)
+            return decision.evidence or ""
+        if decision.action == "busy":
+            raise Busy(decision.reason, key=self.key, step=name, state=decision.state)
+        if decision.action == "lookup" and lookup is not None:
+            try:
+                result = lookup(skey)
+            except Exception as exc:  # noqa: BLE001 - the system could not be asked
+                raise StepUnknown(
+                    f"step {name} of {self.key} is {decision.state} and the lookup failed "
+                    f"({type(exc).__name__}: {exc}); it stays {decision.state}, try again later",
+                    key=self.key, step=name, state=decision.state) from None
+            authoritative = connector.authoritative if connector is not None else True
+            if isinstance(result, Found):
+                self.settle_found(name, result.evidence, item=item)
+                return result.evidence
+            if isinstance(result, Ambiguous):
+                raise self._block(name, item, step, f"lookup is ambiguous: {result.reason}",
+                                  f"retrysafe resolve {self.key} {name} --found EVIDENCE | --absent")
+            if not authoritative and policy_for(cls, self.job.classes).on_unknown != OnUnknown.REEXECUTE:
+                raise self._block(
+                    name, item, step,
+                    f"the lookup found nothing, but it cannot prove {skey} never happened",
+                    f"retrysafe resolve {self.key} {name} --found EVIDENCE | --absent")
+            self._log(skey, "lookup", "absent")
+            step = self.ledger.step(skey)
+            decision = self.decide(name, cls, item=item, looked_up=True)
+        elif decision.action == "lookup":
+            raise self._block(
+                name, item, step,
+                f"{name} may have happened ({step.reason if step else 'unknown'}) and there is no "
+                f"lookup to tell: check the external system for {skey}",
+                f"retrysafe resolve {self.key} {name} --found EVIDENCE | --absent")
+        if decision.action == "blocked":
+            if step is not None and step.state == _S.BLOCKED:
+                raise StepBlocked(f"step {name} of {self.key} is blocked: {decision.reason}; "
+                                  f"to unblock: {decision.unblock}", key=self.key, step=name,
+                                  unblock=decision.unblock)
+            raise self._block(name, item, step, decision.reason, decision.unblock,
+                              approval=decision.reason.startswith("awaiting approval"),
+                              effect_class=str(cls))
+        self.intent(name, cls, item=item, check=check, connector=connector_name,
+                    fingerprint=fp)
+        try:
+            evidence = execute(skey)
+        except EffectFailed as exc:
+            self.mark_failed(name, str(exc), item=item)
+            raise StepFailed(f"step {name} of {self.key} failed: {exc}", key=self.key,
+                             step=name, state=_S.FAILED) from None
+        except BaseException as exc:
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            try:
+                self.mark_unknown(name, reason, item=item)
+            except Exception:  # noqa: BLE001 - the ledger may be the thing that failed
+                pass
+            if isinstance(exc, Exception):
+                raise StepUnknown(
+                    f"step {name} of {self.key} may or may not have happened ({reason}); "
+                    "the next run looks it up first",
+                    key=self.key, step=name, state=_S.UNKNOWN) from exc
+            raise
+        crash_point(name, "after-execute")
+        self.record(name, evidence, item=item)
+        return evidence
+
+    def _recorded(self, name: str, skey: str) -> str:
+        step = self.ledger.step(skey)
+        return (step.evidence or "") if step else ""
+
+    # --- generate steps ------------------------------------------------------------
+
+    def generate(
+        self,
+        name: str,
+        produce: Callable[[Path], object],
+        *,
+        filename: str | None = None,
+        validate: Callable[[Path], bool] | None = None,
+        item: str | None = None,
+    ) -> Path:
+        """Produce an artifact once and freeze it; a later attempt gets the same file.
+
+        ``produce`` writes the artifact to the path it is given (inside this
+        attempt's folder). ``validate`` may reject it. The accepted artifact's
+        checksum is recorded; it is never produced again for this outcome.
+        """
+        check_name("step", name)
+        fname = check_name("output", filename or name)
+        skey = self._step_key(name, item)
+        step = self.ledger.step(skey)
+        if step is not None and step.state == _S.DONE and step.artifact:
+            path = Path(step.artifact)
+            if not path.is_file() or sha256_file(path) != step.checksum:
+                raise StepBlocked(
+                    f"accepted artifact {path} of step {name} is missing or changed since it "
+                    f"was accepted (checksum {step.checksum}); restore it or resolve the step",
+                    key=self.key, step=name, state=step.state,
+                    unblock=f"retrysafe resolve {self.key} {name} --absent")
+            self._log(skey, "generate", "reused", artifact=str(path))
+            return path
+        if self.read_only:
+            raise InvalidInput(f"outcome {self.key} is done but has no artifact for {name}",
+                               key=self.key, step=name)
+        self.intent(name, "local_write", item=item, kind="generate")
+        out = self.dir / fname
+        try:
+            produce(out)
+            if not out.is_file():
+                raise EffectFailed(f"the generator wrote no file at {out}")
+        except BaseException as exc:
+            self.mark_failed(name, f"generator failed: {type(exc).__name__}: {exc}", item=item)
+            if isinstance(exc, Exception):
+                raise StepFailed(f"generate step {name} of {self.key} failed: {exc}",
+                                 key=self.key, step=name, state=_S.FAILED) from exc
+            raise
+        crash_point(name, "after-execute")
+        try:
+            ok = validate(out) if validate else True
+        except Exception as exc:  # noqa: BLE001 - a crashing validator rejects
+            ok = False
+            why = f"{type(exc).__name__}: {exc}"
+        else:
+            why = "validation rejected the artifact"
+        if not ok:
+            self.mark_failed(name, why, item=item)
+            raise StepFailed(f"generate step {name} of {self.key}: {why}", key=self.key,
+                             step=name, state=_S.FAILED)
+        checksum = sha256_file(out)
+        self.record(name, checksum, item=item, outcome_state=_O.GENERATED,
+                    artifact=str(out), checksum=checksum)
+        return out
+
+    # --- close-out ------------------------------------------------------------------
+
+    def closeout_problems(self, attempt_dir: Path | None = None) -> list[str]:
+        """Why this outcome is not done yet: open steps, changed artifacts, failed checks."""
+        problems: list[str] = []
+        artifact_dirs: list[Path] = [attempt_dir or self.dir]
+        for step in self.ledger.steps(self.key):
+            if step.state != _S.DONE:
+                problems.append(f"step {step.name} is {step.state}"
+                                + (f" ({step.reason})" if step.reason else ""))
+            elif step.kind == "generate" and step.artifact:
+                path = Path(step.artifact)
+                artifact_dirs.append(path.parent)
+                if not path.is_file():
+                    problems.append(f"artifact {path} of step {step.name} is missing")
+                elif sha256_file(path) != step.checksum:
+                    problems.append(f"artifact {path} of step {step.name} changed after it was accepted")
+        for rel in self.job.expected_artifacts:
+            if not any((d / rel).is_file() for d in artifact_dirs):
+                problems.append(f"expected artifact {rel} does not exist")
+        for cmd in self.job.accept:
+            env = {**os.environ, **self.env()} if self.attempt else dict(os.environ)
+            proc = subprocess.run(["/bin/sh", "-c", cmd], cwd=attempt_dir or self.dir, env=env,
+                                  capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+                problems.append(f"acceptance check {cmd!r} exited {proc.returncode}"
+                                + (f": {tail[0]}" if tail[0] else ""))
+        return problems
+
+    def _abandon_own_running(self) -> None:
+        attempt = self._attempt()
+        for step in self.ledger.steps(self.key):
+            if step.state == _S.RUNNING and step.attempt_id == attempt.id:
+                try:
+                    self.ledger.move_step(
+                        attempt, step.step_key, _S.UNKNOWN, name=step.name, item=step.item,
+                        expect=[_S.RUNNING],
+                        reason="its process ended before recording a result")
+                except Busy:
+                    continue
+
+    def close(self, success: bool, reason: str = "") -> OutcomeRecord:
+        """Close-out: ``done`` only when every check passes; otherwise what the steps say."""
+        attempt = self._attempt()
+        self._abandon_own_running()
+        problems = self.closeout_problems() if success else []
+        steps = self.ledger.steps(self.key)
+        states = {s.state for s in steps}
+        if success and not problems:
+            state, why = _O.DONE, ""
+        elif _S.BLOCKED in states:
+            state = _O.BLOCKED
+            blocked = next(s for s in steps if s.state == _S.BLOCKED)
+            why = f"step {blocked.name}: {blocked.reason}"
+        elif states & {_S.UNKNOWN, _S.RUNNING}:
+            state = _O.UNKNOWN
+            unknown = next(s for s in steps if s.state in (_S.UNKNOWN, _S.RUNNING))
+            why = f"step {unknown.name} may or may not have happened: {unknown.reason}"
+        else:
+            state = _O.FAILED
+            why = "; ".join(problems) or reason or "the command failed"
+        if problems and state != _O.FAILED:
+            why = why + "; " + "; ".join(p for p in problems if not p.startswith("step "))
+            why = why.rstrip("; ")
+        out: OutcomeRecord = self.ledger.finish(attempt, state, why, accepted=state == _O.DONE)
+        # terminal status first; the summary is a nicety written after it
+        self.folder.write_status(attempt.id, state, reason=why)
+        self._log(self.key, "closeout", state, reason=why)
+        self.folder.write_summary(
+            state,
+            f"attempt-{attempt.number}" if state == _O.DONE else
+            (self._accepted_name(out)),
+            why,
+            {s.step_key: {"state": s.state, "evidence": s.evidence} for s in steps},
+        )
+        return out
+
+    def _accepted_name(self, out: OutcomeRecord) -> str | None:
+        if not out.accepted_attempt:
+            return None
+        rec = self.ledger.attempt(out.accepted_attempt)
+        return f"attempt-{rec.number}" if rec else None

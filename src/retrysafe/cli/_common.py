@@ -1,0 +1,72 @@
+"""What every command shares: the engine, output formats, errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import json
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+
+from ..engine import Engine
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class State:
+    """The group's options, and the engine opened from them on first use."""
+
+    def __init__(self, home: str | None, config: str | None, ledger: str | None) -> None:
+        self.home, self.config, self.ledger = home, config, ledger
+        self._engine: Engine | None = None
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = Engine.open(self.home, self.config, self.ledger)
+        return self._engine
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+
+
+def state() -> State:
+    obj = click.get_current_context().find_object(State)
+    assert obj is not None
+    return obj
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(f)
+
+
+def emit_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
+
+
+def when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[str(c) for c in r] for r in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    click.echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for r in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def actor() -> str:
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"retrysafe: {message}", err=True)
+    sys.exit(code)

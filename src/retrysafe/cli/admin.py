@@ -1,0 +1,83 @@
+"""Operating the ledger: migrate, doctor; and the demo."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import EXIT_FAILED
+from ..ledger import open_ledger
+from ..ledger.migrations import SCHEMA_VERSION
+from ._common import emit_json, json_option, state
+
+
+@click.command()
+@json_option
+def migrate(as_json: bool) -> None:
+    """Apply pending schema migrations to the ledger.
+
+    \b
+    Example:
+      RETRYSAFE_LEDGER=postgresql://retrysafe@db/ops retrysafe migrate
+    """
+    settings = state().engine.config.settings
+    with open_ledger(settings.ledger_url, auto_migrate=False,
+                     sqlite_synchronous=settings.sqlite_synchronous) as ledger:
+        applied = ledger.migrate()
+        version = ledger.schema_version()
+        url = ledger.url
+    if as_json:
+        emit_json({"ledger": url, "applied": applied, "schema_version": version})
+    elif applied:
+        click.echo(f"migrated {url} to schema {version} (applied {', '.join(map(str, applied))})")
+    else:
+        click.echo(f"{url} is at schema {version}; nothing to do")
+
+
+@click.command()
+@json_option
+def doctor(as_json: bool) -> None:
+    """Check the home, the config and the ledger, and say what is wrong.
+
+    \b
+    Example:
+      retrysafe doctor
+    """
+    engine = state().engine
+    settings = engine.config.settings
+    report: dict[str, object] = {
+        "home": str(settings.home),
+        "config": str(settings.config_path),
+        "config_exists": settings.config_path.is_file(),
+        "jobs": sorted(engine.config.jobs),
+    }
+    ok = True
+    try:
+        ledger = engine.ledger
+        report.update({"ledger": ledger.url, "schema_version": ledger.schema_version(),
+                       "code_schema_version": SCHEMA_VERSION, **ledger.backend.health()})
+    except Exception as exc:  # noqa: BLE001 - doctor reports, it does not crash
+        ok = False
+        report["ledger_error"] = str(exc)
+    report["ok"] = ok
+    if as_json:
+        emit_json(report)
+    else:
+        for k, v in report.items():
+            click.echo(f"{k:20} {v}")
+    sys.exit(0 if ok else EXIT_FAILED)
+
+
+@click.command()
+@click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Use this folder as the demo home and keep it.")
+def demo(keep: Path | None) -> None:
+    """Run a small content pipeline, crash it once, re-run it, and show one outcome.
+
+    Uses a temporary home; touches nothing else.
+    """
+    from ..demo import run_demo
+
+    sys.exit(run_demo(keep))

@@ -1,0 +1,118 @@
+"""Reading commands: status, ls, history, verify."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..engine import unblock_hint
+from ..errors import EXIT_DONE, EXIT_FAILED
+from ..folders import outcome_dir
+from ..verify import verify_outcome
+from ._common import emit_json, json_option, state, table, when
+
+
+@click.command()
+@click.argument("key")
+@json_option
+def status(key: str, as_json: bool) -> None:
+    """Show an outcome: state, attempts, steps and their evidence.
+
+    \b
+    Example:
+      retrysafe status weekly-ops-report:2026-W32 --json
+    """
+    engine = state().engine
+    ledger = engine.ledger
+    out = ledger.require_outcome(key)
+    attempts = ledger.attempts(key)
+    steps = ledger.steps(key)
+    folder = outcome_dir(engine.home, out.job, key)
+    hint = unblock_hint(ledger, out) if out.state == "blocked" else ""
+    if as_json:
+        emit_json({"outcome": out.to_json(), "attempts": [a.to_json() for a in attempts],
+                   "steps": [s.to_json() for s in steps], "folder": str(folder),
+                   "unblock": hint})
+        return
+    click.echo(f"outcome   {key}")
+    click.echo(f"job       {out.job}")
+    click.echo(f"state     {out.state}" + (f": {out.reason}" if out.reason else ""))
+    if hint:
+        click.echo(f"unblock   {hint}")
+    click.echo(f"attempts  {out.attempts}" + (f" (accepted: {next((a.number for a in attempts if a.id == out.accepted_attempt), '-')})" if out.accepted_attempt else ""))
+    click.echo(f"folder    {folder}")
+    for a in attempts:
+        ctx = ", ".join(f"{k}={v}" for k, v in sorted(a.context.items()))
+        click.echo(f"  attempt {a.number}: {a.state} {a.result} started {when(a.started_at)} "
+                   f"pid {a.holder.pid} on {a.holder.host}" + (f" [{ctx}]" if ctx else ""))
+    if steps:
+        click.echo("")
+        table(["step", "class", "state", "evidence / reason"],
+              [[s.name + (f"/{s.item}" if s.item else ""), s.effect_class or s.kind, s.state,
+                (s.evidence or "") if s.state == "done" else s.reason] for s in steps])
+
+
+@click.command()
+@click.option("--job", "job_name", metavar="JOB", help="Only this job's outcomes.")
+@click.option("--state", "state_name", metavar="STATE", help="Only outcomes in this state.")
+@click.option("--limit", default=100, show_default=True, help="At most this many.")
+@json_option
+def ls(job_name: str | None, state_name: str | None, limit: int, as_json: bool) -> None:
+    """List outcomes, newest first.
+
+    \b
+    Example:
+      retrysafe ls --state blocked
+    """
+    outs = state().engine.ledger.outcomes(job=job_name, state=state_name, limit=limit)
+    if as_json:
+        emit_json([o.to_json() for o in outs])
+        return
+    table(["key", "state", "attempts", "updated", "reason"],
+          [[o.key, o.state, o.attempts, when(o.updated_at), o.reason[:60]] for o in outs])
+
+
+@click.command()
+@click.argument("key")
+@json_option
+def history(key: str, as_json: bool) -> None:
+    """Every transition of an outcome: time, attempt, fencing token, actor, reason.
+
+    \b
+    Example:
+      retrysafe history weekly-ops-report:2026-W32
+    """
+    ledger = state().engine.ledger
+    ledger.require_outcome(key)
+    events = ledger.history(key)
+    if as_json:
+        emit_json([e.to_json() for e in events])
+        return
+    prefix = key + "/"
+    table(["time", "fence", "actor", "what", "from", "to", "reason"],
+          [[when(e.at), e.fence, e.actor, e.kind + (f" {e.step_key.removeprefix(prefix)}" if e.step_key else ""),
+            e.from_state or "-", e.to_state, e.reason] for e in events])
+
+
+@click.command()
+@click.argument("key")
+@json_option
+def verify(key: str, as_json: bool) -> None:
+    """Re-check a done outcome independently: artifacts, stored checks, acceptance.
+
+    Exits 0 when every check passes, 1 otherwise.
+
+    \b
+    Example:
+      retrysafe verify weekly-ops-report:2026-W32
+    """
+    checks = verify_outcome(state().engine, key)
+    ok = all(c.ok for c in checks)
+    if as_json:
+        emit_json({"key": key, "ok": ok, "checks": [c.to_json() for c in checks]})
+    else:
+        table(["check", "result", "detail"], [[c.subject, "ok" if c.ok else "FAIL", c.detail]
+                                              for c in checks])
+        click.echo(f"verified: {key}" if ok else f"NOT verified: {key}")
+    sys.exit(EXIT_DONE if ok else EXIT_FAILED)

@@ -1,0 +1,284 @@
+"""The home folder, the config file and the jobs it declares.
+
+One precedence everywhere: command-line flag, then environment variable, then
+the config file, then the default. The home never depends on the working
+directory, so running from another ``cwd`` never means another ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from . import keys
+from .effects import EffectClass, Policy, parse_overrides
+from .errors import ConfigError, HomeNotWritable, InvalidParameter, UnknownJob
+
+__all__ = ["CONFIG_NAME", "Config", "Job", "Settings", "load_config", "resolve_home"]
+
+CONFIG_NAME = "retrysafe.toml"
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_LEASE_SECONDS = 900
+_JOB_FIELDS = frozenset(
+    {
+        "key",
+        "params",
+        "max_attempts",
+        "lease_seconds",
+        "classes",
+        "expected_artifacts",
+        "accept",
+        "schedule",
+        "tz",
+        "description",
+    }
+)
+
+
+def resolve_home(flag: str | os.PathLike[str] | None = None) -> Path:
+    """``--home``, then ``RETRYSAFE_HOME``, then the per-user state folder."""
+    if flag:
+        return Path(flag).expanduser().absolute()
+    env = os.environ.get("RETRYSAFE_HOME")
+    if env:
+        return Path(env).expanduser().absolute()
+    return Path(platformdirs.user_state_dir("retrysafe", appauthor=False))
+
+
+def ensure_home(home: Path) -> Path:
+    """Create the home (and ``runs/``) or fail with one clear line."""
+    try:
+        (home / "runs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HomeNotWritable(f"home {home} cannot be created: {exc.strerror or exc}") from None
+    if not os.access(home, os.W_OK | os.X_OK):
+        raise HomeNotWritable(f"home {home} is not writable")
+    return home
+
+
+@dataclass(frozen=True)
+class Job:
+    """A declared automation: a key template and typed parameters."""
+
+    name: str
+    key: str
+    params: Mapping[str, str] = field(default_factory=dict)
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    lease_seconds: int = DEFAULT_LEASE_SECONDS
+    classes: Mapping[EffectClass, Policy] = field(default_factory=dict)
+    expected_artifacts: tuple[str, ...] = ()
+    accept: tuple[str, ...] = ()
+    schedule: str | None = None
+    tz: str | None = None
+    description: str = ""
+
+    def resolve_params(
+        self, given: Mapping[str, str], now: datetime | None = None
+    ) -> dict[str, str]:
+        """Validate ``given`` against the declared types; returns canonical values.
+
+        An ``occurrence`` parameter may be omitted: it is then the latest
+        scheduled occurrence at ``now`` (the run a retry belongs to).
+        """
+        extra = sorted(set(given) - set(self.params))
+        if extra:
+            raise InvalidParameter(
+                f"job {self.name!r}: unknown parameter {extra[0]!r} "
+                f"(declared: {', '.join(self.params) or 'none'})"
+            )
+        out: dict[str, str] = {}
+        for name, type_name in self.params.items():
+            value = given.get(name)
+            if type_name in keys.SCHEDULE_TYPES:
+                from .schedule import resolve_occurrence
+
+                if value is not None and len(value) > keys.MAX_VALUE_LENGTH:
+                    raise InvalidParameter(f"parameter {name!r}: value is too long")
+                out[name] = resolve_occurrence(self.schedule, self.tz, value, now)
+                continue
+            if value is None:
+                raise InvalidParameter(
+                    f"job {self.name!r}: missing parameter {name!r} ({type_name}); "
+                    f"pass -p {name}=VALUE"
+                )
+            out[name] = keys.validate_param(name, type_name, value)
+        return out
+
+    def outcome_key(self, given: Mapping[str, str], now: datetime | None = None) -> tuple[str, dict[str, str]]:
+        params = self.resolve_params(given, now)
+        return keys.render_key(self.key, params), params
+
+
+def parse_job(name: str, table: Mapping[str, Any]) -> Job:
+    keys.check_name("job", name)
+    unknown = sorted(set(table) - _JOB_FIELDS)
+    if unknown:
+        raise ConfigError(f"job {name!r}: unknown field {unknown[0]!r}")
+    template = table.get("key")
+    if not isinstance(template, str) or not template:
+        raise ConfigError(f"job {name!r}: 'key' must be a non-empty template string")
+    params_table = table.get("params", {})
+    if not isinstance(params_table, Mapping):
+        raise ConfigError(f"job {name!r}: 'params' must be a table of NAME = TYPE")
+    params: dict[str, str] = {}
+    for pname, ptype in params_table.items():
+        if not isinstance(ptype, str) or ptype not in keys.known_types():
+            raise ConfigError(
+                f"job {name!r}: parameter {pname!r} has unknown type {ptype!r} "
+                f"(known: {', '.join(keys.known_types())})"
+            )
+        params[pname] = ptype
+    fields = keys.template_fields(template)
+    missing = sorted(set(fields) - set(params))
+    if missing:
+        raise ConfigError(f"job {name!r}: key uses {{{missing[0]}}} but no such parameter is declared")
+    unused = sorted(set(params) - set(fields))
+    if unused:
+        raise ConfigError(f"job {name!r}: parameter {unused[0]!r} is not used in the key")
+
+    def positive_int(fname: str, default: int) -> int:
+        value = table.get(fname, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"job {name!r}: {fname!r} must be a positive integer")
+        return value
+
+    def str_list(fname: str) -> tuple[str, ...]:
+        value = table.get(fname, [])
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"job {name!r}: {fname!r} must be a list of strings")
+        return tuple(value)
+
+    artifacts = str_list("expected_artifacts")
+    for rel in artifacts:
+        if rel.startswith("/") or ".." in Path(rel).parts:
+            raise ConfigError(f"job {name!r}: expected artifact {rel!r} must stay inside the attempt folder")
+    classes = table.get("classes", {})
+    if not isinstance(classes, Mapping):
+        raise ConfigError(f"job {name!r}: 'classes' must be a table")
+    schedule, tz = table.get("schedule"), table.get("tz")
+    for fname, value in (("schedule", schedule), ("tz", tz), ("description", table.get("description"))):
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"job {name!r}: {fname!r} must be a string")
+    if schedule is not None:
+        from .schedule import check_schedule
+
+        check_schedule(schedule, tz)
+    return Job(
+        name=name,
+        key=template,
+        params=params,
+        max_attempts=positive_int("max_attempts", DEFAULT_MAX_ATTEMPTS),
+        lease_seconds=positive_int("lease_seconds", DEFAULT_LEASE_SECONDS),
+        classes=parse_overrides(name, classes),
+        expected_artifacts=artifacts,
+        accept=str_list("accept"),
+        schedule=schedule,
+        tz=tz,
+        description=str(table.get("description") or ""),
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where things are, after applying flag > environment > config > default."""
+
+    home: Path
+    config_path: Path
+    ledger_url: str
+    sqlite_synchronous: str = "full"
+
+
+@dataclass(frozen=True)
+class Config:
+    settings: Settings
+    jobs: Mapping[str, Job]
+    connectors: Mapping[str, Mapping[str, Any]]
+    raw: Mapping[str, Any]
+
+    @property
+    def home(self) -> Path:
+        return self.settings.home
+
+    def job(self, name: str) -> Job:
+        try:
+            return self.jobs[name]
+        except KeyError:
+            known = ", ".join(sorted(self.jobs)) or "none declared"
+            raise UnknownJob(
+                f"unknown job {name!r} (known: {known}); declare it with "
+                f"'retrysafe job add {name} --key TEMPLATE --param NAME=TYPE'"
+            ) from None
+
+    def connector_table(self, name: str) -> Mapping[str, Any]:
+        try:
+            return self.connectors[name]
+        except KeyError:
+            known = ", ".join(sorted(self.connectors)) or "none declared"
+            raise ConfigError(f"unknown connector {name!r} (declared: {known})") from None
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config {path}: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"config {path}: {exc.strerror or exc}") from None
+
+
+def load_config(
+    home: str | os.PathLike[str] | None = None,
+    config: str | os.PathLike[str] | None = None,
+    ledger: str | None = None,
+) -> Config:
+    """Load the config with the documented precedence. A missing file means no jobs."""
+    home_path = resolve_home(home)
+    config_flag = config or os.environ.get("RETRYSAFE_CONFIG")
+    config_path = Path(config_flag).expanduser().absolute() if config_flag else home_path / CONFIG_NAME
+    raw = read_toml(config_path)
+    ledger_table = raw.get("ledger", {})
+    if not isinstance(ledger_table, Mapping):
+        raise ConfigError(f"config {config_path}: [ledger] must be a table")
+    url = ledger or os.environ.get("RETRYSAFE_LEDGER") or ledger_table.get("url")
+    if url is not None and not isinstance(url, str):
+        raise ConfigError(f"config {config_path}: ledger.url must be a string")
+    sync = ledger_table.get("sqlite_synchronous", "full")
+    if sync not in ("full", "normal", "extra"):
+        raise ConfigError(
+            f"config {config_path}: ledger.sqlite_synchronous must be 'full', 'extra' or 'normal'"
+        )
+    settings = Settings(
+        home=home_path,
+        config_path=config_path,
+        ledger_url=url or f"sqlite:///{home_path / 'ledger.sqlite3'}",
+        sqlite_synchronous=sync,
+    )
+    jobs_table = raw.get("jobs", {})
+    if not isinstance(jobs_table, Mapping):
+        raise ConfigError(f"config {config_path}: [jobs] must hold tables")
+    jobs: dict[str, Job] = {}
+    for name, table in jobs_table.items():
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"config {config_path}: jobs.{name} must be a table")
+        try:
+            jobs[name] = parse_job(name, table)
+        except ConfigError as exc:
+            raise ConfigError(f"config {config_path}: {exc}") from None
+        except InvalidParameter as exc:
+            raise ConfigError(f"config {config_path}: {exc}") from None
+    connectors = raw.get("connectors", {})
+    if not isinstance(connectors, Mapping) or not all(isinstance(v, Mapping) for v in connectors.values()):
+        raise ConfigError(f"config {config_path}: [connectors.NAME] entries must be tables")
+    return Config(settings=settings, jobs=jobs, connectors=connectors, raw=raw)

@@ -1,0 +1,40 @@
+"""Crash injection for drills and tests.
+
+``RETRYSAFE_CRASH_AT=STEP:POINT[,STEP:POINT...]`` makes the process kill
+itself with SIGKILL when it reaches one of the named points, exactly as a
+power cut or an OOM kill would: no ``finally`` blocks, no cleanup.
+
+Step points: ``before-intent``, ``after-intent``, ``after-execute``,
+``after-record`` (generate steps too). Run points: ``run:after-begin``,
+``run:before-closeout``. ``*`` as STEP matches every step.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+__all__ = ["RUN_POINTS", "STEP_POINTS", "crash_point"]
+
+STEP_POINTS = ("before-intent", "after-intent", "after-execute", "after-record")
+RUN_POINTS = ("after-begin", "before-closeout")
+ENV = "RETRYSAFE_CRASH_AT"
+
+
+def _targets() -> set[tuple[str, str]]:
+    raw = os.environ.get(ENV, "")
+    out: set[tuple[str, str]] = set()
+    for part in raw.split(","):
+        name, sep, point = part.strip().rpartition(":")
+        if sep and name and point:
+            out.add((name, point))
+    return out
+
+
+def crash_point(step: str, point: str) -> None:
+    """Die here with SIGKILL if ``RETRYSAFE_CRASH_AT`` names ``step:point``."""
+    if ENV not in os.environ:
+        return
+    targets = _targets()
+    if (step, point) in targets or ("*", point) in targets and step != "run":
+        os.kill(os.getpid(), signal.SIGKILL)

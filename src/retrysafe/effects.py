@@ -1,0 +1,118 @@
+"""Effect classes and the retry policy each one gets by default.
+
+The defaults follow one rule: the harder an effect is to undo, the more proof
+retrysafe wants before doing it again.
+
+=============  ========================  ===========================  ==========
+class          retry after definite      after ``unknown``            approval
+               failure (nothing happened)
+=============  ========================  ===========================  ==========
+read           yes                       re-execute                   no
+local_write    yes                       re-execute                   no
+git_commit     yes                       lookup required              no
+message        yes                       lookup required              no
+publish        yes                       lookup required              no
+payment        yes                       lookup required              yes
+delete         no (blocked)              lookup required              yes
+=============  ========================  ===========================  ==========
+
+"Lookup required" means: with a lookup (a connector or a ``--check``
+command) the lookup decides; without one the step goes ``blocked`` and a
+human resolves it. Every cell can be changed per job in the config::
+
+    [jobs.pay-invoice.classes.payment]
+    approval = false
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from .errors import ConfigError, InvalidInput
+
+__all__ = ["DEFAULT_POLICIES", "EffectClass", "OnUnknown", "Policy", "parse_class", "policy_for"]
+
+
+class EffectClass(StrEnum):
+    READ = "read"
+    LOCAL_WRITE = "local_write"
+    GIT_COMMIT = "git_commit"
+    MESSAGE = "message"
+    PUBLISH = "publish"
+    PAYMENT = "payment"
+    DELETE = "delete"
+
+
+class OnUnknown(StrEnum):
+    REEXECUTE = "re-execute"
+    LOOKUP = "lookup"
+    BLOCK = "block"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the engine may do on its own for one effect class."""
+
+    retry_failed: bool
+    on_unknown: OnUnknown
+    approval: bool
+
+
+_C = EffectClass
+DEFAULT_POLICIES: Mapping[EffectClass, Policy] = {
+    _C.READ: Policy(retry_failed=True, on_unknown=OnUnknown.REEXECUTE, approval=False),
+    _C.LOCAL_WRITE: Policy(retry_failed=True, on_unknown=OnUnknown.REEXECUTE, approval=False),
+    _C.GIT_COMMIT: Policy(retry_failed=True, on_unknown=OnUnknown.LOOKUP, approval=False),
+    _C.MESSAGE: Policy(retry_failed=True, on_unknown=OnUnknown.LOOKUP, approval=False),
+    _C.PUBLISH: Policy(retry_failed=True, on_unknown=OnUnknown.LOOKUP, approval=False),
+    _C.PAYMENT: Policy(retry_failed=True, on_unknown=OnUnknown.LOOKUP, approval=True),
+    _C.DELETE: Policy(retry_failed=False, on_unknown=OnUnknown.LOOKUP, approval=True),
+}
+
+
+def parse_class(name: str) -> EffectClass:
+    """The effect class called ``name``, or a clear error listing the valid ones."""
+    try:
+        return EffectClass(name)
+    except ValueError:
+        valid = ", ".join(c.value for c in EffectClass)
+        raise InvalidInput(f"unknown effect class {name!r} (valid: {valid})") from None
+
+
+def parse_overrides(job: str, table: Mapping[str, Any]) -> dict[EffectClass, Policy]:
+    """Read a job's ``[jobs.NAME.classes.CLASS]`` tables into full policies."""
+    out: dict[EffectClass, Policy] = {}
+    for cls_name, fields in table.items():
+        try:
+            cls = EffectClass(cls_name)
+        except ValueError:
+            raise ConfigError(f"job {job!r}: unknown effect class {cls_name!r} in classes") from None
+        if not isinstance(fields, Mapping):
+            raise ConfigError(f"job {job!r}: classes.{cls_name} must be a table")
+        policy = DEFAULT_POLICIES[cls]
+        for field, value in fields.items():
+            if field in ("retry_failed", "approval"):
+                if not isinstance(value, bool):
+                    raise ConfigError(f"job {job!r}: classes.{cls_name}.{field} must be true or false")
+                policy = replace(policy, **{field: value})
+            elif field == "on_unknown":
+                try:
+                    policy = replace(policy, on_unknown=OnUnknown(value))
+                except ValueError:
+                    valid = ", ".join(o.value for o in OnUnknown)
+                    raise ConfigError(
+                        f"job {job!r}: classes.{cls_name}.on_unknown must be one of {valid}"
+                    ) from None
+            else:
+                raise ConfigError(f"job {job!r}: unknown field classes.{cls_name}.{field}")
+        out[cls] = policy
+    return out
+
+
+def policy_for(cls: EffectClass, overrides: Mapping[EffectClass, Policy] | None = None) -> Policy:
+    if overrides and cls in overrides:
+        return overrides[cls]
+    return DEFAULT_POLICIES[cls]

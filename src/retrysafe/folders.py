@@ -1,0 +1,80 @@
+"""The local record of attempts: ``<home>/runs/<job>/<outcome slug>/attempt-N/``.
+
+Each attempt writes only inside its own folder (``status.json``, ``log.jsonl``,
+artifacts); the outcome folder's ``summary.json`` points at the accepted
+attempt. The ledger is the source of truth; these files are what a person
+opens first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import HomeNotWritable
+from .fsio import append_jsonl, atomic_write_json
+from .keys import check_name, slug
+
+__all__ = ["AttemptFolder", "outcome_dir"]
+
+
+def outcome_dir(home: Path, job: str, key: str) -> Path:
+    runs = (home / "runs").absolute()
+    path = runs / check_name("job", job) / slug(key)
+    # slug() cannot produce separators or dot-dot; this is the belt to its braces.
+    if runs not in path.parents:
+        raise HomeNotWritable(f"outcome key {key!r} would leave {runs}")
+    return path
+
+
+class AttemptFolder:
+    def __init__(self, home: Path, job: str, key: str, number: int) -> None:
+        self.outcome_dir = outcome_dir(home, job, key)
+        self.path = self.outcome_dir / f"attempt-{number}"
+        self.key = key
+        self.job = job
+        self.number = number
+
+    def create(self) -> None:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HomeNotWritable(f"attempt folder {self.path} cannot be created: "
+                                  f"{exc.strerror or exc}") from None
+
+    def write_status(self, attempt_id: str, state: str, **extra: Any) -> None:
+        atomic_write_json(self.path / "status.json", {
+            "outcome_key": self.key,
+            "job": self.job,
+            "attempt": self.number,
+            "attempt_id": attempt_id,
+            "state": state,
+            "updated_at": time.time(),
+            **extra,
+        })
+
+    def log(self, attempt_id: str, step_key: str, action: str, result: str,
+            **extra: Any) -> None:
+        append_jsonl(self.path / "log.jsonl", {
+            "time": time.time(),
+            "attempt_id": attempt_id,
+            "step_key": step_key,
+            "action": action,
+            "result": result,
+            **extra,
+        })
+
+    def write_summary(self, state: str, accepted: str | None, reason: str,
+                      steps: Mapping[str, Any]) -> None:
+        atomic_write_json(self.outcome_dir / "summary.json", {
+            "outcome_key": self.key,
+            "job": self.job,
+            "state": state,
+            "reason": reason,
+            "accepted_attempt": accepted,
+            "latest_attempt": f"attempt-{self.number}",
+            "steps": dict(steps),
+            "updated_at": time.time(),
+        })

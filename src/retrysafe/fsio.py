@@ -1,0 +1,100 @@
+"""Crash-safe local writes.
+
+Every file retrysafe writes is either the old version or the new one, never a
+torn mix: write a temporary file in the same folder, fsync it, rename it over
+the target, fsync the folder so the rename itself survives a power cut.
+Log lines are appended with one ``write`` on an ``O_APPEND`` descriptor and
+fsynced; a reader skips a last line cut short by a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["append_jsonl", "atomic_write_bytes", "atomic_write_json", "fsync_dir", "read_jsonl", "sha256_file"]
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    data = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    atomic_write_bytes(path, data.encode("utf-8"))
+
+
+def atomic_copy(src: Path, dst: Path) -> None:
+    """Copy ``src`` to ``dst`` atomically (streamed, so large artifacts are fine)."""
+    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out, src.open("rb") as inp:
+            while chunk := inp.read(1 << 20):
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, dst)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(dst.parent)
+
+
+def append_jsonl(path: Path, obj: Any) -> None:
+    line = (json.dumps(obj, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """Lines of a JSONL file; a torn last line (crash mid-append) is skipped."""
+    try:
+        text = path.read_text("utf-8", errors="replace")
+    except FileNotFoundError:
+        return
+    for line in text.splitlines():
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            yield obj
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()

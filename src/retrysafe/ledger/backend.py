@@ -1,0 +1,73 @@
+"""The backend interface: the few primitives a database must provide.
+
+The :class:`~retrysafe.ledger.core.Ledger` owns every rule (claims, fencing,
+transitions, history); a backend only opens transactions, tells the time by
+its own clock and translates its errors. Write SQL once with ``?``
+placeholders; a backend rewrites them for its driver.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+__all__ = ["Backend", "Tx"]
+
+
+class Tx(ABC):
+    """One open transaction. ``now`` is the database's clock, read once at the start."""
+
+    now: float
+
+    @abstractmethod
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Execute a statement; return the number of rows it changed."""
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
+        found = self.rows(sql, params)
+        return found[0] if found else None
+
+    @abstractmethod
+    def insert_id(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run an INSERT into a table with an integer id and return the id."""
+
+
+class Backend(ABC):
+    """A database holding the ledger's tables."""
+
+    name: str
+    #: appended to a SELECT that must lock the row it reads until commit
+    lock_clause: str = ""
+    #: DDL type for an auto-incrementing integer primary key
+    serial_pk: str
+    #: DDL type for a floating point timestamp
+    float_type: str = "DOUBLE PRECISION"
+
+    @abstractmethod
+    def transaction(self, write: bool = True) -> AbstractContextManager[Tx]:
+        """A transaction; a write transaction takes the write lock at once
+        (SQLite ``BEGIN IMMEDIATE``), so no read-then-write race is possible."""
+
+    @abstractmethod
+    def display_url(self) -> str:
+        """The ledger URL with any password hidden."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def migration_lock(self) -> AbstractContextManager[Tx]:
+        """The transaction migrations run in (PostgreSQL adds an advisory lock)."""
+        return self.transaction(write=True)
+
+    def health(self) -> dict[str, Any]:
+        return {}
+
+    def iter_split(self, script: str) -> Iterator[str]:
+        for stmt in script.split(";"):
+            if stmt.strip():
+                yield stmt.strip()

@@ -1,0 +1,751 @@
+"""The ledger: outcomes, attempts, steps and their history, with every rule.
+
+Each public method is one transaction. Every write made on behalf of an
+attempt first locks the outcome row and compares the attempt's fencing token
+with the outcome's current one *in that same transaction*, so an attempt that
+lost its lease (a zombie woken from SIGSTOP, a worker on a host whose clock is
+wrong) can never write again. Lease expiry is judged by the database's clock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ..errors import (
+    AttemptNotActive,
+    Busy,
+    InvalidInput,
+    SchemaTooNew,
+    StaleAttempt,
+    UnknownOutcome,
+    UnknownStep,
+)
+from ..states import (
+    OUTCOME_TRANSITIONS,
+    STEP_TRANSITIONS,
+    AttemptState,
+    OutcomeState,
+    StepState,
+    can_move,
+)
+from .backend import Backend, Tx
+from .migrations import MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION, render
+from .records import (
+    AttemptRecord,
+    Claim,
+    Event,
+    Holder,
+    OutcomeRecord,
+    StepRecord,
+    dumps,
+    loads_map,
+)
+
+__all__ = ["HolderCheck", "Ledger"]
+
+HolderCheck = Callable[[Holder], bool]
+"""Answers "is this lease holder known to be gone?" (same host, process dead)."""
+
+_O, _S = OutcomeState, StepState
+_OPEN_STEP_STATES = (_S.RUNNING, _S.UNKNOWN, _S.BLOCKED, _S.FAILED, _S.PLANNED)
+
+
+def _outcome(row: Mapping[str, Any]) -> OutcomeRecord:
+    return OutcomeRecord(
+        key=row["key"],
+        job=row["job"],
+        params=loads_map(row["params"]),
+        state=row["state"],
+        reason=row["reason"],
+        fence=int(row["fence"]),
+        attempts=int(row["attempts"]),
+        budget_base=int(row["budget_base"]),
+        current_attempt=row["current_attempt"],
+        accepted_attempt=row["accepted_attempt"],
+        created_at=float(row["created_at"]),
+        updated_at=float(row["updated_at"]),
+    )
+
+
+def _attempt(row: Mapping[str, Any]) -> AttemptRecord:
+    return AttemptRecord(
+        id=row["id"],
+        outcome_key=row["outcome_key"],
+        number=int(row["number"]),
+        fence=int(row["fence"]),
+        state=row["state"],
+        result=row["result"],
+        holder=Holder(row["holder_host"], row["holder_pid"], row["holder_started"]),
+        lease_expires=float(row["lease_expires"]),
+        context=loads_map(row["context"]),
+        started_at=float(row["started_at"]),
+        ended_at=None if row["ended_at"] is None else float(row["ended_at"]),
+    )
+
+
+def _step(row: Mapping[str, Any]) -> StepRecord:
+    runner = (
+        Holder(row["runner_host"], row["runner_pid"], row["runner_started"])
+        if row["runner_host"]
+        else None
+    )
+    return StepRecord(
+        step_key=row["step_key"],
+        outcome_key=row["outcome_key"],
+        name=row["name"],
+        item=row["item"],
+        kind=row["kind"],
+        effect_class=row["effect_class"],
+        state=row["state"],
+        attempt_id=row["attempt_id"],
+        fence=int(row["fence"]),
+        evidence=row["evidence"],
+        artifact=row["artifact"],
+        checksum=row["checksum"],
+        check=row["check_cmd"],
+        connector=row["connector"],
+        fingerprint=row["fingerprint"],
+        reason=row["reason"],
+        approved_by=row["approved_by"],
+        runner=runner,
+        tries=int(row["tries"]),
+        updated_at=float(row["updated_at"]),
+    )
+
+
+def _event(row: Mapping[str, Any]) -> Event:
+    return Event(
+        id=int(row["id"]),
+        outcome_key=row["outcome_key"],
+        step_key=row["step_key"],
+        at=float(row["at"]),
+        attempt_id=row["attempt_id"],
+        fence=int(row["fence"]),
+        actor=row["actor"],
+        kind=row["kind"],
+        from_state=row["from_state"],
+        to_state=row["to_state"],
+        reason=row["reason"],
+    )
+
+
+_STEP_FIELDS = frozenset(
+    {
+        "evidence",
+        "artifact",
+        "checksum",
+        "check_cmd",
+        "connector",
+        "fingerprint",
+        "reason",
+        "approved_by",
+        "effect_class",
+    }
+)
+
+
+class Ledger:
+    """The durable record of outcomes. Open one with :func:`retrysafe.ledger.open_ledger`."""
+
+    def __init__(self, backend: Backend, *, auto_migrate: bool = True) -> None:
+        self.backend = backend
+        if auto_migrate:
+            self.migrate()
+        else:
+            self.check_schema()
+
+    # --- lifecycle ------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return self.backend.display_url()
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def schema_version(self) -> int:
+        with self.backend.transaction(write=False) as tx:
+            return self._version(tx)
+
+    def _version(self, tx: Tx) -> int:
+        tx.run(render(self.backend, SCHEMA_TABLE))
+        row = tx.one("SELECT MAX(version) AS v FROM rs_schema")
+        return int(row["v"]) if row and row["v"] is not None else 0
+
+    def check_schema(self) -> int:
+        version = self.schema_version()
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"ledger {self.url} has schema version {version}, this retrysafe knows "
+                f"up to {SCHEMA_VERSION}: upgrade retrysafe; the ledger was not touched"
+            )
+        return version
+
+    def pending_migrations(self) -> list[int]:
+        current = self.check_schema()
+        return [v for v, _n, _s in MIGRATIONS if v > current]
+
+    def migrate(self) -> list[int]:
+        """Apply pending migrations; returns the versions applied."""
+        applied: list[int] = []
+        with self.backend.migration_lock() as tx:
+            current = self._version(tx)
+            if current > SCHEMA_VERSION:
+                raise SchemaTooNew(
+                    f"ledger {self.url} has schema version {current}, this retrysafe knows "
+                    f"up to {SCHEMA_VERSION}: upgrade retrysafe; the ledger was not touched"
+                )
+            for version, name, script in MIGRATIONS:
+                if version <= current:
+                    continue
+                for stmt in self.backend.iter_split(render(self.backend, script)):
+                    tx.run(stmt)
+                tx.run(
+                    "INSERT INTO rs_schema (version, name, applied_at) VALUES (?, ?, ?)",
+                    (version, name, tx.now),
+                )
+                applied.append(version)
+        return applied
+
+    # --- history --------------------------------------------------------------
+
+    def _log(
+        self,
+        tx: Tx,
+        key: str,
+        *,
+        kind: str,
+        to: str,
+        frm: str = "",
+        step_key: str = "",
+        attempt: AttemptRecord | None = None,
+        actor: str = "",
+        reason: str = "",
+    ) -> None:
+        tx.run(
+            "INSERT INTO rs_events (outcome_key, step_key, at, attempt_id, fence, actor, kind,"
+            " from_state, to_state, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                key,
+                step_key,
+                tx.now,
+                attempt.id if attempt else None,
+                attempt.fence if attempt else 0,
+                actor or (f"attempt-{attempt.number}" if attempt else "retrysafe"),
+                kind,
+                frm,
+                to,
+                reason,
+            ),
+        )
+
+    # --- claims and leases ---------------------------------------------------
+
+    def _lock_outcome(self, tx: Tx, key: str) -> OutcomeRecord | None:
+        row = tx.one(f"SELECT * FROM rs_outcomes WHERE key = ?{self.backend.lock_clause}", (key,))
+        return _outcome(row) if row else None
+
+    def _set_outcome(
+        self,
+        tx: Tx,
+        out: OutcomeRecord,
+        state: str,
+        reason: str,
+        *,
+        attempt: AttemptRecord | None = None,
+        actor: str = "",
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not can_move(OUTCOME_TRANSITIONS, out.state, state):
+            raise InvalidInput(
+                f"outcome {out.key}: cannot move from {out.state} to {state}",
+                key=out.key,
+                state=out.state,
+            )
+        sets = {"state": state, "reason": reason, "updated_at": tx.now, **(extra or {})}
+        cols = ", ".join(f"{c} = ?" for c in sets)
+        tx.run(f"UPDATE rs_outcomes SET {cols} WHERE key = ?", (*sets.values(), out.key))
+        if state != out.state or reason != out.reason:
+            self._log(tx, out.key, kind="outcome", frm=out.state, to=state, attempt=attempt,
+                      actor=actor, reason=reason)
+
+    def claim(
+        self,
+        key: str,
+        *,
+        job: str,
+        params: Mapping[str, str],
+        holder: Holder,
+        lease_seconds: float,
+        max_attempts: int,
+        holder_gone: HolderCheck = lambda _h: False,
+        context: Mapping[str, str] | None = None,
+    ) -> Claim:
+        """Start attempt N+1 at ``key`` unless it is done, blocked, or held by a live attempt.
+
+        A current attempt whose lease expired (by the database clock), or whose
+        holder ``holder_gone`` reports dead, is superseded: its fencing token
+        stops being current and its ``running`` steps become ``unknown``.
+        """
+        with self.backend.transaction() as tx:
+            tx.run(
+                "INSERT INTO rs_outcomes (key, job, params, state, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
+                (key, job, dumps(dict(params)), _O.PLANNED.value, tx.now, tx.now),
+            )
+            out = self._lock_outcome(tx, key)
+            assert out is not None
+            if out.job != job:
+                raise InvalidInput(
+                    f"outcome {key} belongs to job {out.job!r}, not {job!r}", key=key, state=out.state
+                )
+            if out.state == _O.DONE:
+                return Claim("done", out)
+            superseded = None
+            if out.current_attempt:
+                cur = self._attempt_row(tx, out.current_attempt)
+                if cur and cur.state == AttemptState.ACTIVE:
+                    expired = cur.lease_expires <= tx.now
+                    if not expired and not holder_gone(cur.holder):
+                        return Claim("busy", out, attempt=cur)
+                    why = "lease expired" if expired else "holder process is gone"
+                    self._supersede(tx, out, cur, why)
+                    superseded = cur
+                    out = self._lock_outcome(tx, key)
+                    assert out is not None
+            if out.state == _O.BLOCKED:
+                return Claim("blocked", out, reason=out.reason, superseded=superseded)
+            used = out.attempts - out.budget_base
+            if used >= max_attempts:
+                reason = (
+                    f"attempts exhausted ({used} of {max_attempts}); "
+                    f"check what failed with 'retrysafe status {key}', then 'retrysafe retry {key}'"
+                )
+                self._set_outcome(tx, out, _O.BLOCKED, reason)
+                out = self._lock_outcome(tx, key)
+                assert out is not None
+                return Claim("blocked", out, reason=reason, superseded=superseded)
+            number, fence = out.attempts + 1, out.fence + 1
+            attempt_id = uuid.uuid4().hex
+            tx.run(
+                "INSERT INTO rs_attempts (id, outcome_key, number, fence, state, holder_host,"
+                " holder_pid, holder_started, lease_expires, context, started_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    attempt_id, key, number, fence, AttemptState.ACTIVE.value, holder.host,
+                    holder.pid, holder.started, tx.now + lease_seconds, dumps(dict(context or {})),
+                    tx.now,
+                ),
+            )
+            attempt = self._attempt_row(tx, attempt_id)
+            assert attempt is not None
+            self._log(tx, key, kind="attempt", to=AttemptState.ACTIVE, attempt=attempt,
+                      reason=f"attempt {number} started on {holder.host} pid {holder.pid}")
+            # generated/delivered are progress marks a new attempt resumes from.
+            state = out.state if out.state in (_O.GENERATED, _O.DELIVERED) else _O.RUNNING
+            self._set_outcome(
+                tx, out, state, "", attempt=attempt,
+                extra={"fence": fence, "attempts": number, "current_attempt": attempt_id},
+            )
+            out = self._lock_outcome(tx, key)
+            assert out is not None
+            return Claim("started", out, attempt=attempt, superseded=superseded)
+
+    def _supersede(self, tx: Tx, out: OutcomeRecord, cur: AttemptRecord, why: str) -> None:
+        tx.run(
+            "UPDATE rs_attempts SET state = ?, result = ?, ended_at = ? WHERE id = ?",
+            (AttemptState.SUPERSEDED.value, why, tx.now, cur.id),
+        )
+        self._log(tx, out.key, kind="attempt", frm=AttemptState.ACTIVE, to=AttemptState.SUPERSEDED,
+                  attempt=cur, actor="retrysafe", reason=why)
+        for row in tx.rows(
+            "SELECT * FROM rs_steps WHERE outcome_key = ? AND state = ? AND attempt_id = ?",
+            (out.key, _S.RUNNING.value, cur.id),
+        ):
+            reason = f"attempt {cur.number} ended ({why}) while this step was running"
+            tx.run(
+                "UPDATE rs_steps SET state = ?, reason = ?, updated_at = ? WHERE step_key = ?",
+                (_S.UNKNOWN.value, reason, tx.now, row["step_key"]),
+            )
+            self._log(tx, out.key, kind="step", step_key=row["step_key"], frm=_S.RUNNING,
+                      to=_S.UNKNOWN, attempt=cur, actor="retrysafe", reason=reason)
+        unsettled = out.state in (_O.RUNNING, _O.GENERATED, _O.DELIVERED)
+        tx.run("UPDATE rs_outcomes SET current_attempt = NULL WHERE key = ?", (out.key,))
+        if unsettled and out.state == _O.RUNNING:
+            self._set_outcome(tx, out, _O.UNKNOWN, f"attempt {cur.number} ended: {why}",
+                              actor="retrysafe")
+
+    def _attempt_row(self, tx: Tx, attempt_id: str) -> AttemptRecord | None:
+        row = tx.one("SELECT * FROM rs_attempts WHERE id = ?", (attempt_id,))
+        return _attempt(row) if row else None
+
+    def _fenced(self, tx: Tx, attempt: AttemptRecord) -> OutcomeRecord:
+        """Lock the outcome and refuse unless ``attempt`` still holds the current fence."""
+        out = self._lock_outcome(tx, attempt.outcome_key)
+        if out is None:
+            raise UnknownOutcome(f"no outcome {attempt.outcome_key}", key=attempt.outcome_key)
+        if out.fence != attempt.fence or out.current_attempt != attempt.id:
+            raise StaleAttempt(
+                f"attempt {attempt.number} of {out.key} is stale (fencing token {attempt.fence}, "
+                f"current {out.fence}): another attempt took over; this write was refused",
+                key=out.key,
+                state=out.state,
+            )
+        row = self._attempt_row(tx, attempt.id)
+        if row is None or row.state != AttemptState.ACTIVE:
+            raise AttemptNotActive(
+                f"attempt {attempt.number} of {out.key} has already finished",
+                key=out.key,
+                state=out.state,
+            )
+        return out
+
+    def renew(self, attempt: AttemptRecord, lease_seconds: float) -> float:
+        """Extend the lease (heartbeat); refused once the attempt is stale."""
+        with self.backend.transaction() as tx:
+            self._fenced(tx, attempt)
+            expires = tx.now + lease_seconds
+            tx.run("UPDATE rs_attempts SET lease_expires = ? WHERE id = ?", (expires, attempt.id))
+            return expires
+
+    def assert_current(self, attempt: AttemptRecord) -> OutcomeRecord:
+        """Raise :class:`StaleAttempt` unless ``attempt`` is still current."""
+        with self.backend.transaction() as tx:
+            return self._fenced(tx, attempt)
+
+    def finish(
+        self,
+        attempt: AttemptRecord,
+        state: str,
+        reason: str = "",
+        *,
+        accepted: bool = False,
+    ) -> OutcomeRecord:
+        """End the attempt and set the outcome's state, fenced.
+
+        ``done`` is refused unless every step of the outcome is ``done``.
+        """
+        with self.backend.transaction() as tx:
+            out = self._fenced(tx, attempt)
+            if state == _O.DONE:
+                open_steps = tx.rows(
+                    "SELECT name, item, state FROM rs_steps WHERE outcome_key = ? AND state <> ?",
+                    (out.key, _S.DONE.value),
+                )
+                if open_steps:
+                    s = open_steps[0]
+                    raise InvalidInput(
+                        f"outcome {out.key} cannot be done: step {s['name']} is {s['state']}",
+                        key=out.key, step=s["name"], state=s["state"],
+                    )
+            tx.run(
+                "UPDATE rs_attempts SET state = ?, result = ?, ended_at = ? WHERE id = ?",
+                (AttemptState.FINISHED.value, state, tx.now, attempt.id),
+            )
+            self._log(tx, out.key, kind="attempt", frm=AttemptState.ACTIVE,
+                      to=AttemptState.FINISHED, attempt=attempt, reason=f"result {state}")
+            extra: dict[str, Any] = {"current_attempt": None}
+            if accepted:
+                extra["accepted_attempt"] = attempt.id
+            self._set_outcome(tx, out, state, reason, attempt=attempt, extra=extra)
+            got = self._lock_outcome(tx, out.key)
+            assert got is not None
+            return got
+
+    # --- steps ------------------------------------------------------------------
+
+    def _lock_step(self, tx: Tx, step_key: str) -> StepRecord | None:
+        row = tx.one(f"SELECT * FROM rs_steps WHERE step_key = ?{self.backend.lock_clause}",
+                     (step_key,))
+        return _step(row) if row else None
+
+    def move_step(
+        self,
+        attempt: AttemptRecord,
+        step_key: str,
+        to: str,
+        *,
+        name: str,
+        item: str = "",
+        kind: str = "effect",
+        expect: Iterable[str] | None = None,
+        runner: Holder | None = None,
+        reason: str = "",
+        outcome_state: str | None = None,
+        **fields: Any,
+    ) -> StepRecord:
+        """Move a step to ``to`` on behalf of ``attempt``, fenced, in one transaction.
+
+        ``expect`` lists the states the step may be in now (``None`` for a step
+        that does not exist yet); any other state is refused, so two processes
+        racing on one step cannot both win. Moving to ``running`` records the
+        ``runner`` and counts a try. ``outcome_state`` moves the outcome too
+        (``generated``/``delivered``) in the same transaction.
+        """
+        bad = set(fields) - _STEP_FIELDS
+        if bad:
+            raise TypeError(f"unknown step fields {sorted(bad)}")
+        with self.backend.transaction() as tx:
+            out = self._fenced(tx, attempt)
+            step = self._lock_step(tx, step_key)
+            allowed = set(expect) if expect is not None else None
+            now_state = step.state if step else None
+            if allowed is not None and now_state not in allowed:
+                raise Busy(
+                    f"step {name} of {out.key} is {now_state or 'not started'}, expected "
+                    f"{' or '.join(sorted(s or 'not started' for s in allowed))}: "
+                    "another process changed it",
+                    key=out.key, step=name, state=now_state,
+                )
+            if step is not None and not can_move(STEP_TRANSITIONS, step.state, to):
+                raise InvalidInput(
+                    f"step {name} of {out.key}: cannot move from {step.state} to {to}",
+                    key=out.key, step=name, state=step.state,
+                )
+            runner_cols: dict[str, Any] = {}
+            if to == _S.RUNNING:
+                r = runner or attempt.holder
+                runner_cols = {"runner_host": r.host, "runner_pid": r.pid, "runner_started": r.started}
+            if step is None:
+                cols = {
+                    "step_key": step_key, "outcome_key": out.key, "name": name, "item": item,
+                    "kind": kind, "state": to, "attempt_id": attempt.id, "fence": attempt.fence,
+                    "reason": reason, "tries": 1 if to == _S.RUNNING else 0,
+                    "created_at": tx.now, "updated_at": tx.now, **runner_cols, **fields,
+                }
+                marks = ", ".join("?" for _ in cols)
+                tx.run(f"INSERT INTO rs_steps ({', '.join(cols)}) VALUES ({marks})",
+                       tuple(cols.values()))
+            else:
+                sets = {"state": to, "attempt_id": attempt.id, "fence": attempt.fence,
+                        "reason": reason, "updated_at": tx.now, **runner_cols, **fields}
+                assign = ", ".join(f"{c} = ?" for c in sets)
+                if to == _S.RUNNING:
+                    assign += ", tries = tries + 1"
+                tx.run(f"UPDATE rs_steps SET {assign} WHERE step_key = ?",
+                       (*sets.values(), step_key))
+            self._log(tx, out.key, kind="step", step_key=step_key, frm=now_state or "", to=to,
+                      attempt=attempt, reason=reason)
+            if outcome_state and outcome_state != out.state:
+                # progress marks only move forward: delivered is never lowered to generated
+                rank = [_O.RUNNING, _O.GENERATED, _O.DELIVERED]
+                if out.state in rank and rank.index(_O(outcome_state)) > rank.index(_O(out.state)):
+                    self._set_outcome(tx, out, outcome_state, "", attempt=attempt)
+            got = self._lock_step(tx, step_key)
+            assert got is not None
+            return got
+
+    # --- reading ------------------------------------------------------------------
+
+    def outcome(self, key: str) -> OutcomeRecord | None:
+        with self.backend.transaction(write=False) as tx:
+            row = tx.one("SELECT * FROM rs_outcomes WHERE key = ?", (key,))
+            return _outcome(row) if row else None
+
+    def require_outcome(self, key: str) -> OutcomeRecord:
+        out = self.outcome(key)
+        if out is None:
+            raise UnknownOutcome(f"no outcome {key!r} in the ledger {self.url}", key=key)
+        return out
+
+    def attempt(self, attempt_id: str) -> AttemptRecord | None:
+        with self.backend.transaction(write=False) as tx:
+            return self._attempt_row(tx, attempt_id)
+
+    def attempts(self, key: str) -> list[AttemptRecord]:
+        with self.backend.transaction(write=False) as tx:
+            rows = tx.rows("SELECT * FROM rs_attempts WHERE outcome_key = ? ORDER BY number", (key,))
+            return [_attempt(r) for r in rows]
+
+    def step(self, step_key: str) -> StepRecord | None:
+        with self.backend.transaction(write=False) as tx:
+            row = tx.one("SELECT * FROM rs_steps WHERE step_key = ?", (step_key,))
+            return _step(row) if row else None
+
+    def steps(self, key: str) -> list[StepRecord]:
+        with self.backend.transaction(write=False) as tx:
+            rows = tx.rows(
+                "SELECT * FROM rs_steps WHERE outcome_key = ? ORDER BY created_at, step_key", (key,)
+            )
+            return [_step(r) for r in rows]
+
+    def history(self, key: str) -> list[Event]:
+        with self.backend.transaction(write=False) as tx:
+            rows = tx.rows("SELECT * FROM rs_events WHERE outcome_key = ? ORDER BY id", (key,))
+            return [_event(r) for r in rows]
+
+    def outcomes(
+        self, *, job: str | None = None, state: str | None = None, limit: int = 1000
+    ) -> list[OutcomeRecord]:
+        where, params = [], []
+        if job:
+            where.append("job = ?")
+            params.append(job)
+        if state:
+            where.append("state = ?")
+            params.append(state)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        with self.backend.transaction(write=False) as tx:
+            rows = tx.rows(
+                f"SELECT * FROM rs_outcomes{clause} ORDER BY updated_at DESC, key LIMIT ?",
+                (*params, limit),
+            )
+            return [_outcome(r) for r in rows]
+
+    def now(self) -> float:
+        with self.backend.transaction(write=False) as tx:
+            return tx.now
+
+    # --- human decisions -------------------------------------------------------
+
+    def _human_step(self, tx: Tx, key: str, step_name: str) -> tuple[OutcomeRecord, StepRecord]:
+        out = self._lock_outcome(tx, key)
+        if out is None:
+            raise UnknownOutcome(f"no outcome {key!r} in the ledger", key=key)
+        rows = tx.rows(
+            f"SELECT * FROM rs_steps WHERE outcome_key = ? AND (name = ? OR step_key = ?)"
+            f" ORDER BY step_key{self.backend.lock_clause}",
+            (key, step_name, step_name),
+        )
+        if not rows:
+            raise UnknownStep(f"outcome {key} has no step {step_name!r}", key=key, step=step_name)
+        if len(rows) > 1:
+            keys = ", ".join(r["step_key"] for r in rows)
+            raise InvalidInput(
+                f"step {step_name!r} has several items ({keys}); name one by its full step key",
+                key=key, step=step_name,
+            )
+        return out, _step(rows[0])
+
+    def _live_attempt(self, tx: Tx, out: OutcomeRecord) -> AttemptRecord | None:
+        if not out.current_attempt:
+            return None
+        cur = self._attempt_row(tx, out.current_attempt)
+        if cur and cur.state == AttemptState.ACTIVE and cur.lease_expires > tx.now:
+            return cur
+        return None
+
+    def _reopen_if_unblocked(self, tx: Tx, out: OutcomeRecord, actor: str, why: str) -> None:
+        if out.state != _O.BLOCKED:
+            return
+        still = tx.one(
+            "SELECT name FROM rs_steps WHERE outcome_key = ? AND state = ?",
+            (out.key, _S.BLOCKED.value),
+        )
+        exhausted = out.reason.startswith("attempts exhausted")
+        if still is None and not exhausted:
+            self._set_outcome(tx, out, _O.FAILED, f"{why}; run the job again to continue",
+                              actor=actor)
+
+    def resolve(
+        self, key: str, step_name: str, *, found: str | None, actor: str, note: str = ""
+    ) -> StepRecord:
+        """A human settles an unknown or blocked step: ``found`` evidence, or absent (``None``)."""
+        with self.backend.transaction() as tx:
+            out, step = self._human_step(tx, key, step_name)
+            if step.state == _S.DONE:
+                raise InvalidInput(f"step {step.name} of {key} is already done (evidence "
+                                   f"{step.evidence!r})", key=key, step=step.name, state=step.state)
+            if step.state == _S.RUNNING and self._live_attempt(tx, out):
+                raise Busy(f"step {step.name} of {key} is running in a live attempt; wait for it",
+                           key=key, step=step.name, state=step.state)
+            to = _S.DONE if found is not None else _S.PLANNED
+            reason = f"resolved by {actor}: " + ("found" if found is not None else "absent")
+            if note:
+                reason += f" ({note})"
+            tx.run(
+                "UPDATE rs_steps SET state = ?, evidence = ?, reason = ?, updated_at = ?"
+                " WHERE step_key = ?",
+                (to.value, found if found is not None else step.evidence, reason, tx.now,
+                 step.step_key),
+            )
+            self._log(tx, key, kind="step", step_key=step.step_key, frm=step.state, to=to,
+                      actor=actor, reason=reason)
+            self._reopen_if_unblocked(tx, out, actor, f"step {step.name} resolved")
+            got = self._lock_step(tx, step.step_key)
+            assert got is not None
+            return got
+
+    def approve(
+        self, key: str, step_name: str, *, actor: str, note: str = ""
+    ) -> StepRecord:
+        """Record authority for a step that needs approval (payment, delete)."""
+        with self.backend.transaction() as tx:
+            out = self._lock_outcome(tx, key)
+            if out is None:
+                raise UnknownOutcome(f"no outcome {key!r} in the ledger", key=key)
+            if out.state == _O.DONE:
+                raise InvalidInput(f"outcome {key} is done; nothing to approve", key=key,
+                                   state=out.state)
+            from ..keys import check_name, step_key
+
+            existing = tx.one(
+                "SELECT step_key FROM rs_steps WHERE outcome_key = ? AND (name = ? OR step_key = ?)",
+                (key, step_name, step_name),
+            )
+            if existing is None:
+                # approving ahead of the first run: the step does not exist yet
+                check_name("step", step_name)
+                skey = step_key(key, step_name)
+                tx.run(
+                    "INSERT INTO rs_steps (step_key, outcome_key, name, kind, state, reason,"
+                    " created_at, updated_at) VALUES (?, ?, ?, 'effect', ?, '', ?, ?)",
+                    (skey, key, step_name, _S.PLANNED.value, tx.now, tx.now),
+                )
+            _, step = self._human_step(tx, key, step_name)
+            if step.state == _S.DONE:
+                raise InvalidInput(f"step {step.name} of {key} is already done", key=key,
+                                   step=step.name, state=step.state)
+            approval = actor + (f": {note}" if note else "")
+            to = _S.PLANNED if step.state == _S.BLOCKED and step.reason.startswith(
+                "awaiting approval") else _S(step.state)
+            reason = f"approved by {approval}"
+            tx.run(
+                "UPDATE rs_steps SET approved_by = ?, state = ?, reason = ?, updated_at = ?"
+                " WHERE step_key = ?",
+                (approval, to.value, reason, tx.now, step.step_key),
+            )
+            self._log(tx, key, kind="approval", step_key=step.step_key, frm=step.state, to=to,
+                      actor=actor, reason=reason)
+            self._reopen_if_unblocked(tx, out, actor, f"step {step.name} approved")
+            got = self._lock_step(tx, step.step_key)
+            assert got is not None
+            return got
+
+    def retry(self, key: str, *, actor: str, note: str = "") -> OutcomeRecord:
+        """Give a blocked, failed or unknown outcome a fresh attempt budget."""
+        with self.backend.transaction() as tx:
+            out = self._lock_outcome(tx, key)
+            if out is None:
+                raise UnknownOutcome(f"no outcome {key!r} in the ledger", key=key)
+            if out.state == _O.DONE:
+                raise InvalidInput(f"outcome {key} is done; outcomes never repeat", key=key,
+                                   state=out.state)
+            if self._live_attempt(tx, out):
+                raise Busy(f"outcome {key} has a live attempt; wait for it", key=key,
+                           state=out.state)
+            blocked = tx.one(
+                "SELECT name, reason FROM rs_steps WHERE outcome_key = ? AND state = ?",
+                (key, _S.BLOCKED.value),
+            )
+            if blocked:
+                raise InvalidInput(
+                    f"step {blocked['name']} of {key} is blocked ({blocked['reason']}): "
+                    f"settle it with 'retrysafe resolve' or 'retrysafe approve' first",
+                    key=key, step=blocked["name"], state=_S.BLOCKED,
+                )
+            reason = f"retry granted by {actor}" + (f": {note}" if note else "")
+            tx.run("UPDATE rs_outcomes SET budget_base = attempts WHERE key = ?", (key,))
+            state = _O.FAILED if out.state == _O.BLOCKED else _O(out.state)
+            self._set_outcome(tx, out, state, reason, actor=actor)
+            got = self._lock_outcome(tx, key)
+            assert got is not None
+            return got

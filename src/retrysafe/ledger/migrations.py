@@ -1,0 +1,103 @@
+"""Numbered schema migrations, recorded in ``rs_schema``.
+
+Each migration is applied once, in order, inside one transaction. A ledger
+whose highest recorded version is above :data:`SCHEMA_VERSION` was written by
+a newer retrysafe: it is refused, never "repaired".
+"""
+
+from __future__ import annotations
+
+from .backend import Backend
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+
+_V1 = """
+CREATE TABLE rs_outcomes (
+    key TEXT PRIMARY KEY,
+    job TEXT NOT NULL,
+    params TEXT NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    fence BIGINT NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    budget_base INTEGER NOT NULL DEFAULT 0,
+    current_attempt TEXT,
+    accepted_attempt TEXT,
+    created_at {float} NOT NULL,
+    updated_at {float} NOT NULL
+);
+CREATE INDEX rs_outcomes_job ON rs_outcomes (job, state);
+CREATE TABLE rs_attempts (
+    id TEXT PRIMARY KEY,
+    outcome_key TEXT NOT NULL REFERENCES rs_outcomes (key),
+    number INTEGER NOT NULL,
+    fence BIGINT NOT NULL,
+    state TEXT NOT NULL,
+    result TEXT NOT NULL DEFAULT '',
+    holder_host TEXT NOT NULL,
+    holder_pid INTEGER,
+    holder_started TEXT,
+    lease_expires {float} NOT NULL,
+    context TEXT NOT NULL DEFAULT '{{}}',
+    started_at {float} NOT NULL,
+    ended_at {float},
+    UNIQUE (outcome_key, number)
+);
+CREATE TABLE rs_steps (
+    step_key TEXT PRIMARY KEY,
+    outcome_key TEXT NOT NULL REFERENCES rs_outcomes (key),
+    name TEXT NOT NULL,
+    item TEXT NOT NULL DEFAULT '',
+    kind TEXT NOT NULL,
+    effect_class TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL,
+    attempt_id TEXT,
+    fence BIGINT NOT NULL DEFAULT 0,
+    evidence TEXT,
+    artifact TEXT,
+    checksum TEXT,
+    check_cmd TEXT,
+    connector TEXT,
+    fingerprint TEXT,
+    reason TEXT NOT NULL DEFAULT '',
+    approved_by TEXT,
+    runner_host TEXT,
+    runner_pid INTEGER,
+    runner_started TEXT,
+    tries INTEGER NOT NULL DEFAULT 0,
+    created_at {float} NOT NULL,
+    updated_at {float} NOT NULL
+);
+CREATE INDEX rs_steps_outcome ON rs_steps (outcome_key);
+CREATE TABLE rs_events (
+    id {serial},
+    outcome_key TEXT NOT NULL,
+    step_key TEXT NOT NULL DEFAULT '',
+    at {float} NOT NULL,
+    attempt_id TEXT,
+    fence BIGINT NOT NULL DEFAULT 0,
+    actor TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    from_state TEXT NOT NULL DEFAULT '',
+    to_state TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX rs_events_outcome ON rs_events (outcome_key, id)
+"""
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (1, "outcomes, attempts, steps and history", _V1),
+]
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+SCHEMA_TABLE = """
+CREATE TABLE IF NOT EXISTS rs_schema (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at {float} NOT NULL
+)
+"""
+
+
+def render(backend: Backend, script: str) -> str:
+    return script.format(float=backend.float_type, serial=backend.serial_pk)

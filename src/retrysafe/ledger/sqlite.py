@@ -1,0 +1,135 @@
+"""The embedded default: one SQLite file in the home folder.
+
+Opened deliberately: WAL (readers never block the writer), ``synchronous=FULL``
+(a committed transition survives a power cut; ``normal`` is available for
+throwaway ledgers), write transactions ``BEGIN IMMEDIATE`` (the write lock is
+taken before the first read, so read-then-write races cannot happen) and a
+busy timeout so concurrent processes queue instead of failing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ..errors import HomeNotWritable, LedgerError, LedgerUnavailable
+from .backend import Backend, Tx
+
+__all__ = ["SqliteBackend"]
+
+BUSY_TIMEOUT_MS = 30_000
+
+
+class _SqliteTx(Tx):
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.now = time.time()
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute(sql, tuple(params)).fetchall()]
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self.conn.execute(sql, tuple(params)).rowcount
+
+    def insert_id(self, sql: str, params: Sequence[Any] = ()) -> int:
+        cur = self.conn.execute(sql, tuple(params))
+        return int(cur.lastrowid or 0)
+
+
+class SqliteBackend(Backend):
+    name = "sqlite"
+    serial_pk = "INTEGER PRIMARY KEY AUTOINCREMENT"
+    float_type = "REAL"
+
+    def __init__(self, path: Path, *, synchronous: str = "full") -> None:
+        self.path = path
+        self.synchronous = synchronous.upper()
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HomeNotWritable(f"ledger folder {path.parent} cannot be created: "
+                                  f"{exc.strerror or exc}") from None
+
+    def _conn(self) -> sqlite3.Connection:
+        # sqlite3 connections must stay on their thread; the heartbeat has its own.
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000,
+                                       isolation_level=None, check_same_thread=False)
+                conn.row_factory = sqlite3.Row
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise LedgerError(f"ledger {self.path}: cannot switch to WAL mode ({mode})")
+                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+                conn.execute("PRAGMA foreign_keys = ON")
+            except sqlite3.Error as exc:
+                raise self._translate(exc) from None
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def _translate(self, exc: sqlite3.Error) -> LedgerError:
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            return LedgerUnavailable(f"ledger {self.path} is busy: {text}")
+        if "readonly" in text or "unable to open" in text:
+            return HomeNotWritable(f"ledger {self.path} cannot be written: {text}")  # type: ignore[return-value]
+        if "not a database" in text or "malformed" in text:
+            return LedgerError(f"ledger {self.path} is not a retrysafe ledger: {text}")
+        return LedgerError(f"ledger {self.path}: {text}")
+
+    @contextmanager
+    def transaction(self, write: bool = True) -> Iterator[Tx]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from None
+        try:
+            yield _SqliteTx(conn)
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise self._translate(exc) from None
+            raise
+        else:
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise self._translate(exc) from None
+
+    def display_url(self) -> str:
+        return f"sqlite:///{self.path}"
+
+    def health(self) -> dict[str, Any]:
+        conn = self._conn()
+        return {
+            "journal_mode": conn.execute("PRAGMA journal_mode").fetchone()[0],
+            "synchronous": {0: "off", 1: "normal", 2: "full", 3: "extra"}.get(
+                conn.execute("PRAGMA synchronous").fetchone()[0], "?"),
+            "integrity": conn.execute("PRAGMA quick_check").fetchone()[0],
+        }
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._all:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._all.clear()
+        self._local = threading.local()

@@ -1,0 +1,91 @@
+"""``verify``: the parent checks the child, independently of what it said.
+
+For a ``done`` outcome every recorded step is checked again: generated
+artifacts against their checksums, effects through their stored ``--check``
+command or their connector's ``verify``, plus the job's expected artifacts and
+acceptance commands, run in the accepted attempt's folder.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .attempt import Run
+from .connectors import build_connector
+from .folders import AttemptFolder
+from .fsio import sha256_file
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+__all__ = ["Check", "verify_outcome"]
+
+
+@dataclass(frozen=True)
+class Check:
+    subject: str
+    ok: bool
+    detail: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"subject": self.subject, "ok": self.ok, "detail": self.detail}
+
+
+def verify_outcome(engine: Engine, key: str) -> list[Check]:
+    ledger = engine.ledger
+    out = ledger.require_outcome(key)
+    checks: list[Check] = []
+    if out.state != "done":
+        checks.append(Check("outcome", False, f"state is {out.state}, not done: {out.reason}"))
+    job = engine.config.jobs.get(out.job)
+    accepted = ledger.attempt(out.accepted_attempt) if out.accepted_attempt else None
+    env = dict(os.environ)
+    if accepted is not None and job is not None:
+        folder = AttemptFolder(engine.home, job.name, key, accepted.number)
+        env.update({"RETRYSAFE_OUTCOME_KEY": key, "RETRYSAFE_ATTEMPT_DIR": str(folder.path),
+                    "RETRYSAFE_HOME": str(engine.home), "RETRYSAFE_JOB": job.name})
+    for step in ledger.steps(key):
+        subject = f"step {step.name}" + (f"/{step.item}" if step.item else "")
+        if step.state != "done":
+            checks.append(Check(subject, False, f"state is {step.state}"))
+            continue
+        if step.kind == "generate":
+            path = Path(step.artifact or "")
+            if not path.is_file():
+                checks.append(Check(subject, False, f"artifact {path} is missing"))
+            elif sha256_file(path) != step.checksum:
+                checks.append(Check(subject, False, f"artifact {path} changed (recorded {step.checksum})"))
+            else:
+                checks.append(Check(subject, True, f"artifact {path.name} matches {step.checksum}"))
+        elif step.check:
+            proc = subprocess.run(["/bin/sh", "-c", step.check],
+                                  env={**env, "RETRYSAFE_STEP_KEY": step.step_key,
+                                       "RETRYSAFE_EVIDENCE": step.evidence or ""},
+                                  capture_output=True, text=True, check=False)
+            checks.append(Check(subject, proc.returncode == 0,
+                                "check found the effect" if proc.returncode == 0
+                                else f"check exited {proc.returncode}: effect not found"))
+        elif step.connector and step.connector in engine.config.connectors:
+            conn = build_connector(step.connector, engine.config.connector_table(step.connector))
+            try:
+                ok = conn.verify(step.step_key, step.evidence or "")
+                detail = "connector verified the evidence" if ok else "connector could not find the evidence"
+            except Exception as exc:  # noqa: BLE001 - reported, not raised
+                ok, detail = False, f"connector verify failed: {type(exc).__name__}: {exc}"
+            checks.append(Check(subject, ok, detail))
+        else:
+            checks.append(Check(subject, True, f"recorded evidence {step.evidence!r} "
+                                               "(no independent check declared)"))
+    if accepted is not None and job is not None:
+        run = Run(engine, job, accepted)
+        for problem in run.closeout_problems():
+            if not problem.startswith("step ") and "artifact" in problem or "acceptance" in problem:
+                checks.append(Check("acceptance", False, problem))
+        if job.accept or job.expected_artifacts:
+            if not any(c.subject == "acceptance" for c in checks):
+                checks.append(Check("acceptance", True, "expected artifacts exist and accept commands pass"))
+    return checks
