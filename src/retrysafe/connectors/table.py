@@ -37,13 +37,17 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError, ConnectorError, InvalidInput
-from .base import ABSENT, ConnectorBase, EffectFailed, Found, LookupResult, Payload
+from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult, Payload
 from .files import atomic_write, parse_bool
 
 __all__ = ["CsvTableConnector", "SqlTableConnector"]
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _COMMON_FIELDS = {"type", "key_column", "updatable", "effect_class"}
+
+
+class _SchemaProblem(Exception):
+    """The table or a column is missing."""
 
 
 def _check_fields(name: str, table: Mapping[str, Any], allowed: set[str]) -> None:
@@ -236,8 +240,15 @@ class CsvTableConnector(ConnectorBase):
             return self._evidence(matches[0])
 
     def lookup(self, step_key: str, payload: Payload) -> LookupResult:
-        with self._locked("shared"):
-            _, matches = self._matches(step_key)
+        try:
+            with self._locked("shared"):
+                _, matches = self._matches(step_key)
+        except InvalidInput as exc:
+            # Someone renamed or dropped the key column: the file cannot say.
+            return Ambiguous(
+                f"{exc.message}. Without it retrysafe cannot tell whether the row for "
+                f"{step_key!r} was written: look for it by its other columns"
+            )
         if not matches:
             return ABSENT
         return Found(self._evidence(matches[0]), {"rows": [i + 2 for i in matches]})
@@ -501,10 +512,26 @@ class SqlTableConnector(ConnectorBase):
                 return self._run(conn, sql, params)
             except self._db_errors() as exc:
                 text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                if self._is_schema_problem(exc):
+                    raise _SchemaProblem(text) from exc
                 raise ConnectorError(f"cannot read {self.table}: {text}") from exc
 
+    def _is_schema_problem(self, exc: BaseException) -> bool:
+        """A missing table or column: asking again later will not help."""
+        if self.backend == "sqlite":
+            return "no such table" in str(exc) or "no such column" in str(exc)
+        import psycopg
+
+        return isinstance(exc, psycopg.ProgrammingError)
+
     def lookup(self, step_key: str, payload: Payload) -> LookupResult:
-        rows = self._select(self._select_sql(self._id_sql()), [step_key])
+        try:
+            rows = self._select(self._select_sql(self._id_sql()), [step_key])
+        except _SchemaProblem as exc:
+            return Ambiguous(
+                f"cannot read {self.table} ({exc}); check the connector's url and table, "
+                f"and look for a row with {self.key_column} = {step_key!r} where it went"
+            )
         if not rows:
             return ABSENT
         return Found(self._evidence(rows[0][0]))
