@@ -30,10 +30,14 @@ from .errors import (
     OutcomeBlocked,
     StaleAttempt,
 )
+from .keys import check_key, check_name
 from .ledger import Claim, Holder, Ledger, OutcomeRecord, open_ledger
 from .process import holder_gone, this_holder
 
-__all__ = ["Engine", "Start", "start", "unblock_hint"]
+__all__ = ["DRILL_ENV", "Engine", "Start", "start", "unblock_hint"]
+
+DRILL_ENV = "RETRYSAFE_DRILL_TRIAL"
+"""Set by ``retrysafe drill``: the trial id appended to the outcome key (``KEY~ID``)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,10 @@ class Engine:
     ) -> tuple[Job, str, dict[str, str]]:
         spec = self.config.job(job)
         key, canonical = spec.outcome_key(params, now)
+        trial = os.environ.get(DRILL_ENV)
+        if trial:
+            # drill trials get outcomes of their own, so their effects never meet
+            key = check_key(f"{key}~{check_name('drill trial', trial)}")
         return spec, key, canonical
 
     def begin(

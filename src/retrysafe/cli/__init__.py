@@ -67,8 +67,15 @@ def _optional_commands() -> None:
     try:
         from .openclaw import openclaw
     except ImportError:
-        return
-    cli.add_command(openclaw)
+        pass
+    else:
+        cli.add_command(openclaw)
+    try:
+        from .drill import drill
+    except ImportError:
+        pass
+    else:
+        cli.add_command(drill)
 
 
 _optional_commands()
