@@ -15,6 +15,7 @@ Needs the ``dovecot-imapd`` package (Debian/Ubuntu) and ``openssl``.
 from __future__ import annotations
 
 import asyncio
+import grp
 import mailbox
 import os
 import pwd
@@ -216,9 +217,10 @@ def dovecot_config(servers: MailServers, cert: Path, key: Path) -> str:
     if os.geteuid() == 0:
         # Dovecot refuses root for login processes and mail access: use the
         # unprivileged users its package creates, and nobody for the mail.
-        internal, login, chroot = "dovecot", "dovenull", "login"
+        internal, group, login, chroot = "dovecot", "dovecot", "dovenull", "login"
     else:
         internal = login = pwd.getpwuid(os.getuid()).pw_name
+        group = grp.getgrgid(os.getgid()).gr_name
         chroot = ""  # chroot needs root
     return f"""
 base_dir = {root}/run
@@ -231,8 +233,10 @@ ssl_cert = <{cert}
 ssl_key = <{key}
 disable_plaintext_auth = no
 auth_mechanisms = plain login
+# Tests try wrong passwords on purpose; no need to wait 2 s each time.
+auth_failure_delay = 0
 default_internal_user = {internal}
-default_internal_group = {internal}
+default_internal_group = {group}
 default_login_user = {login}
 first_valid_uid = 1
 mail_uid = {servers.mail_uid}
@@ -246,6 +250,13 @@ passdb {{
 userdb {{
   driver = passwd-file
   args = username_format=%n {root}/passwd
+}}
+service anvil {{
+  chroot = {chroot and "empty"}
+  # No growing penalty for the wrong passwords the tests use on purpose.
+  unix_listener anvil-auth-penalty {{
+    mode = 0
+  }}
 }}
 service imap-login {{
   chroot = {chroot}
