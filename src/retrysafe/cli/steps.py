@@ -15,6 +15,7 @@ import click
 from ..attempt import Run
 from ..connectors import build_connector
 from ..connectors.base import ABSENT, Ambiguous, EffectFailed, Found, LookupResult
+from ..engine import DRILL_ENV
 from ..errors import EXIT_BUSY, InvalidInput
 from ..keys import check_name, parse_assignments
 from ._common import state
@@ -61,6 +62,33 @@ def command_execute(cmd: tuple[str, ...], env: Mapping[str, str]) -> Any:
             raise RuntimeError(f"command killed by signal {-proc.returncode}")
         raise RuntimeError(f"command exited {proc.returncode}")
 
+    return execute
+
+
+DRILL_FAIL_ENV = "RETRYSAFE_DRILL_FAIL"
+DRILL_CUT_ENV = "RETRYSAFE_DRILL_CUT"
+
+
+def drill_faults(name: str, execute: Any) -> Any:
+    """Wrap ``execute`` with the faults a drill trial asks for (``retrysafe drill``).
+
+    Only inside a drill trial (its own ``~TRIAL`` outcome), so a stray variable
+    in a real run's environment never fakes a failure:
+    ``RETRYSAFE_DRILL_FAIL=STEP`` is a definite failure without running the
+    effect (a permission error); ``RETRYSAFE_DRILL_CUT=STEP`` runs the effect
+    and then loses the answer (a network cut), leaving the step ``unknown``.
+    """
+    if not os.environ.get(DRILL_ENV):
+        return execute
+    if name in os.environ.get(DRILL_FAIL_ENV, "").split(","):
+        def refuse(step_key: str) -> str:
+            raise EffectFailed(f"drill: {name} refused ({DRILL_FAIL_ENV}); nothing happened")
+        return refuse
+    if name in os.environ.get(DRILL_CUT_ENV, "").split(","):
+        def cut(step_key: str) -> str:
+            execute(step_key)
+            raise ConnectionError(f"drill: the answer of {name} was lost ({DRILL_CUT_ENV})")
+        return cut
     return execute
 
 
@@ -122,11 +150,13 @@ def step(name: str, effect_class: str | None, item: str | None, check: str | Non
     env = {**os.environ, **run.env()}
     if connector:
         conn = build_connector(connector, engine.config.connector_table(connector))
+        data = _payload(payload_file, with_pairs)
         evidence = run.effect(name, effect_class, connector=conn, connector_name=connector,
-                              payload=_payload(payload_file, with_pairs), item=item,
-                              allow_update=allow_update)
+                              execute=drill_faults(name, lambda skey: conn.execute(skey, data)),
+                              payload=data, item=item, allow_update=allow_update)
     else:
-        evidence = run.effect(name, effect_class, execute=command_execute(cmd, env),
+        evidence = run.effect(name, effect_class,
+                              execute=drill_faults(name, command_execute(cmd, env)),
                               lookup=shell_lookup(check, env) if check else None,
                               item=item, check=check)
     click.echo(evidence)
