@@ -134,7 +134,7 @@ def _persist_block(
 )
 @click.option(
     "--lease",
-    type=click.IntRange(min=10),
+    type=click.IntRange(min=1),
     metavar="SECONDS",
     help="How long the attempt survives without a command (default: the job's lease).",
 )
