@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import shlex
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +153,36 @@ def test_key_derived_names_cannot_leave_the_target_folder(artifact: Path, www: P
     [target] = list(www.iterdir())
     assert evidence.endswith(f"@{target}")
     assert target.name.endswith("-report.html") and "/" not in target.name
+
+
+def test_cli_run_killed_after_publishing_then_rerun_finds_the_file(
+    home: Any, artifact: Path, www: Path
+) -> None:
+    """End to end: SIGKILL right after the copy; the re-run's lookup finds it; one file, done."""
+    home.path.mkdir(parents=True, exist_ok=True)
+    home.config(
+        f"""
+        [jobs.weekly]
+        key = "weekly:{{week}}"
+        params = {{ week = "isoweek" }}
+
+        [connectors.site]
+        type = "file"
+        target = "{www}/{{key}}.html"
+        """
+    )
+    inner = (
+        f"{shlex.quote(sys.executable)} -m retrysafe step publish --connector site "
+        f"--with source={shlex.quote(str(artifact))}"
+    )
+    run = ("run", "weekly", "-p", "week=2026-W32", "--", "sh", "-c", inner)
+    first = home.run(*run, env={"RETRYSAFE_CRASH_AT": "publish:after-execute"})
+    assert first.returncode != 0, first.stdout + first.stderr
+    [target] = list(www.iterdir())
+    inode = target.stat().st_ino
+
+    second = home.run(*run)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"sha256:{sha(artifact)}@{target}" in second.stdout
+    assert [p.stat().st_ino for p in www.iterdir()] == [inode]
+    assert home.run(*run).stdout.startswith("done:")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +214,45 @@ def test_push_to_an_unreachable_remote_is_a_definite_failure(repos: Any) -> None
     repos.git(repos.work, "remote", "set-url", "origin", str(repos.root / "gone.git"))
     with pytest.raises(EffectFailed, match="cannot reach origin"):
         pusher(repos.work).execute(PUSH_KEY, {})
+
+
+def test_cli_run_killed_after_the_commit_then_rerun_finds_it_and_pushes(
+    repos: Any, home: Any
+) -> None:
+    """End to end: SIGKILL after the commit; the re-run finds the trailer and pushes once."""
+    work = repos.work
+    (work / "w32.md").write_text("# Week 32\n")
+    home.path.mkdir(parents=True, exist_ok=True)
+    home.config(
+        f"""
+        [jobs.weekly]
+        key = "weekly:{{week}}"
+        params = {{ week = "isoweek" }}
+
+        [connectors.notes]
+        type = "git"
+        repo = "{work}"
+        branch = "main"
+
+        [connectors.notes-push]
+        type = "git_push"
+        repo = "{work}"
+        branch = "main"
+        """
+    )
+    rs = f"{shlex.quote(sys.executable)} -m retrysafe"
+    inner = (
+        f"{rs} step commit --connector notes --with paths=w32.md --with 'message=Add week 32' "
+        f"&& {rs} step push --connector notes-push "
+        '--with "commit_key=$RETRYSAFE_OUTCOME_KEY/commit"'
+    )
+    run = ("run", "weekly", "-p", "week=2026-W32", "--", "sh", "-c", inner)
+    first = home.run(*run, env={"RETRYSAFE_CRASH_AT": "commit:after-execute"})
+    assert first.returncode != 0, first.stdout + first.stderr
+    [sha] = repos.keyed(work, "main", "weekly:2026-W32/commit")
+
+    second = home.run(*run)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert sha in second.stdout and f"origin/main@{sha}" in second.stdout
+    assert repos.keyed(work, "main", "weekly:2026-W32/commit") == [sha]
+    assert repos.git(repos.remote, "rev-parse", "main") == sha

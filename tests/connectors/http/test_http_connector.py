@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import signal
 import socket
+import sys
 import time
 from typing import Any
 
@@ -217,3 +220,38 @@ def test_keys_with_slashes_and_non_ascii_reach_the_api_and_its_lookup(api: Any) 
     other = conn.execute(spaced, BODY)
     assert conn.lookup(spaced, BODY) == Found(other)
     assert api.resources("plain", spaced)[0]["id"] == other
+
+
+def test_cli_run_killed_after_the_post_then_rerun_finds_it(api: Any, home: Any) -> None:
+    """End to end, API ignoring keys: SIGKILL after the POST; the re-run looks; one resource."""
+    home.path.mkdir(parents=True, exist_ok=True)
+    home.config(
+        f"""
+        [jobs.weekly]
+        key = "weekly:{{week}}"
+        params = {{ week = "isoweek" }}
+
+        [connectors.crm]
+        type = "http"
+        url = "{api.base}/plain/items"
+        lookup_url = "{api.base}/plain/items/by-key/{{key}}"
+        token_env = "RS_TEST_API_TOKEN"
+        """
+    )
+    inner = (
+        f"{shlex.quote(sys.executable)} -m retrysafe step notify --connector crm "
+        "--with title='Week 32 is out'"
+    )
+    run = ("run", "weekly", "-p", "week=2026-W32", "--", "sh", "-c", inner)
+    env = {"RS_TEST_API_TOKEN": os.environ["RS_TEST_API_TOKEN"]}
+    first = home.run(*run, env={**env, "RETRYSAFE_CRASH_AT": "notify:after-execute"})
+    assert first.returncode != 0, first.stdout + first.stderr
+    [created] = api.resources("plain")
+    assert created["key"] == "weekly:2026-W32/notify"
+    assert created["body"] == {"title": "Week 32 is out"}
+
+    second = home.run(*run, env=env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert created["id"] in second.stdout
+    assert api.resources("plain") == [created]
+    assert os.environ["RS_TEST_API_TOKEN"] not in first.stdout + first.stderr + second.stdout

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import shlex
 import signal
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -136,3 +138,37 @@ def test_bad_input_is_rejected_with_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="does not exist"):
         sheet({"path": str(tmp_path / "missing" / "log.csv")}).execute(KEY, {"title": "x"})
     assert len(read(path)) == 2
+
+
+def test_cli_run_killed_after_the_append_then_rerun_finds_the_row(
+    tmp_path: Path, home: Any
+) -> None:
+    """End to end: SIGKILL after the row is written; the re-run's lookup finds it; one row."""
+    path = tmp_path / "log.csv"
+    home.path.mkdir(parents=True, exist_ok=True)
+    home.config(
+        f"""
+        [jobs.weekly]
+        key = "weekly:{{week}}"
+        params = {{ week = "isoweek" }}
+
+        [connectors.sheet]
+        type = "csv"
+        path = "{path}"
+        columns = ["week", "title"]
+        """
+    )
+    inner = (
+        f"{shlex.quote(sys.executable)} -m retrysafe step log --connector sheet "
+        "--with week=2026-W32 --with 'title=Week 32 report'"
+    )
+    run = ("run", "weekly", "-p", "week=2026-W32", "--", "sh", "-c", inner)
+    first = home.run(*run, env={"RETRYSAFE_CRASH_AT": "log:after-execute"})
+    assert first.returncode != 0, first.stdout + first.stderr
+    second = home.run(*run)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"{path}#2" in second.stdout
+    assert read(path) == [
+        ["week", "title", "retrysafe_key"],
+        ["2026-W32", "Week 32 report", "weekly:2026-W32/log"],
+    ]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
 import signal
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +160,37 @@ def test_unreachable_postgres_fails_definitely_and_hides_the_password(
     monkeypatch.delenv("RS_TEST_DB_PASSWORD")
     with pytest.raises(ConfigError, match="RS_TEST_DB_PASSWORD is not set"):
         conn.execute(KEY, {"title": "x"})
+
+
+def test_cli_run_killed_after_the_insert_then_rerun_finds_the_row(
+    sql_target: Any, home: Any
+) -> None:
+    """End to end on SQLite and PostgreSQL: SIGKILL after the commit; re-run finds the row."""
+    home.path.mkdir(parents=True, exist_ok=True)
+    home.config(
+        f"""
+        [jobs.weekly]
+        key = "weekly:{{week}}"
+        params = {{ week = "isoweek" }}
+
+        [connectors.db]
+        type = "sql"
+        url = "{sql_target.url}"
+        table = "{sql_target.table}"
+        id_column = "id"
+        """
+    )
+    inner = (
+        f"{shlex.quote(sys.executable)} -m retrysafe step record --connector db "
+        "--with 'title=Week 32 report'"
+    )
+    run = ("run", "weekly", "-p", "week=2026-W32", "--", "sh", "-c", inner)
+    first = home.run(*run, env={"RETRYSAFE_CRASH_AT": "record:after-execute"})
+    assert first.returncode != 0, first.stdout + first.stderr
+    [(row_id, key, title, *_)] = sql_target.rows()
+    assert (key, title) == ("weekly:2026-W32/record", "Week 32 report")
+
+    second = home.run(*run)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"{sql_target.table}#{row_id}" in second.stdout
+    assert len(sql_target.rows()) == 1
