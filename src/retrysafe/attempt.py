@@ -475,6 +475,11 @@ class Run:
         if self.read_only:
             raise InvalidInput(f"outcome {self.key} is done but has no artifact for {name}",
                                key=self.key, step=name)
+        if step is not None and step.state in (_S.UNKNOWN, _S.RUNNING) and step.artifact \
+                and step.checksum and self._runner_gone(step):
+            adopted = self._adopt(name, item, step, validate)
+            if adopted is not None:
+                return adopted
         self.intent(name, "local_write", item=item, kind="generate")
         out = self.dir / fname
         try:
@@ -487,6 +492,12 @@ class Run:
                 raise StepFailed(f"generate step {name} of {self.key} failed: {exc}",
                                  key=self.key, step=name, state=_S.FAILED) from exc
             raise
+        # The artifact exists before it is accepted: note its checksum now, so a
+        # crash before acceptance lets the next attempt adopt it instead of
+        # calling the (expensive, non-deterministic) generator again.
+        self.ledger.move_step(self._attempt(), skey, _S.RUNNING, name=name, item=item or "",
+                              expect=[_S.RUNNING], artifact=str(out), checksum=sha256_file(out),
+                              reason="artifact produced, not yet accepted")
         crash_point(name, "after-execute")
         try:
             ok = validate(out) if validate else True
@@ -503,6 +514,25 @@ class Run:
         self.record(name, checksum, item=item, outcome_state=_O.GENERATED,
                     artifact=str(out), checksum=checksum)
         return out
+
+    def _adopt(self, name: str, item: str | None, step: StepRecord,
+               validate: Callable[[Path], bool] | None) -> Path | None:
+        """Accept the artifact a dead attempt produced but never accepted, if intact."""
+        path = Path(step.artifact or "")
+        if not path.is_file() or sha256_file(path) != step.checksum:
+            return None
+        try:
+            if validate is not None and not validate(path):
+                return None
+        except Exception:  # noqa: BLE001 - a crashing validator rejects; regenerate
+            return None
+        skey = self._step_key(name, item)
+        self.ledger.move_step(self._attempt(), skey, _S.DONE, name=name, item=item or "",
+                              expect=[step.state], evidence=step.checksum,
+                              outcome_state=_O.GENERATED,
+                              reason=f"adopted from attempt {step.attempt_id}")
+        self._log(skey, "generate", "adopted", artifact=str(path))
+        return path
 
     # --- close-out ------------------------------------------------------------------
 
@@ -565,7 +595,8 @@ class Run:
             why = f"step {unknown.name} may or may not have happened: {unknown.reason}"
         else:
             state = _O.FAILED
-            why = "; ".join(problems) or reason or "the command failed"
+            failed = [f"step {s.name} failed: {s.reason}" for s in steps if s.state == _S.FAILED]
+            why = "; ".join(failed + problems) or reason or "the command failed"
         if problems and state != _O.FAILED:
             why = why + "; " + "; ".join(p for p in problems if not p.startswith("step "))
             why = why.rstrip("; ")

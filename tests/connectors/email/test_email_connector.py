@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -277,6 +278,9 @@ def test_bad_input_is_rejected_before_anything_happens(
     with pytest.raises(InvalidInput) as raised:
         connector(mail).execute(step_key, body)
     assert error in str(raised.value) and "\n" not in str(raised.value)
+    closed = {"host": "127.0.0.1", "port": mail.closed_port, "security": "none"}
+    with pytest.raises(InvalidInput, match=re.escape(error)):
+        connector(mail, imap=closed, smtp=closed).validate(body)  # no server needed
     message_id = message_id_for(step_key, ID_DOMAIN)
     assert sent_copies(mail, message_id) == []
     assert mail.delivered("alice", message_id) == []

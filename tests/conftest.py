@@ -1,0 +1,55 @@
+"""Shared fixtures: a fresh home, the CLI as a real process, and ledger URLs.
+
+Ledger-level tests run once per backend through the ``ledger_url`` fixture:
+SQLite always, PostgreSQL from ``tests/pgtest.py`` (never skipped under CI).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from support import Home  # noqa: E402
+
+try:
+    from pgtest import pg_dsn  # noqa: F401  (re-exported fixture)
+except ImportError:  # pragma: no cover - before the PostgreSQL support lands
+
+    @pytest.fixture(scope="session")
+    def pg_dsn() -> str:
+        if os.environ.get("CI") == "true":
+            pytest.fail("PostgreSQL test support is missing")
+        pytest.skip("PostgreSQL test support is missing")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty ledger on each backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+    dsn: str = request.getfixturevalue("pg_dsn")
+    from retrysafe.ledger import open_ledger
+
+    with open_ledger(dsn) as ledger:
+        with ledger.backend.transaction() as tx:
+            for table in ("rs_events", "rs_steps", "rs_attempts", "rs_outcomes"):
+                tx.run(f"DELETE FROM {table}")
+    return dsn
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Home]:
+    """A fresh home on the embedded SQLite ledger."""
+    yield Home(tmp_path / "home")
+
+
+@pytest.fixture
+def any_home(tmp_path: Path, ledger_url: str) -> Iterator[Home]:
+    """A fresh home on each ledger backend (SQLite, PostgreSQL)."""
+    yield Home(tmp_path / "home", ledger=None if ledger_url.startswith("sqlite") else ledger_url)

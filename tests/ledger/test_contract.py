@@ -1,0 +1,243 @@
+"""The ledger contract: every backend must pass every test here.
+
+Run once per backend through the ``ledger_url`` fixture (SQLite, PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from retrysafe.errors import Busy, InvalidInput, SchemaTooNew, StaleAttempt, UnknownOutcome
+from retrysafe.ledger import Holder, Ledger, open_ledger
+
+H1 = Holder("host-a", 1001, "boot:1")
+H2 = Holder("host-b", 2002, "boot:2")
+
+
+@pytest.fixture
+def ledger(ledger_url: str) -> Iterator[Ledger]:
+    with open_ledger(ledger_url) as led:
+        yield led
+
+
+def claim(ledger: Ledger, key: str = "job:1", holder: Holder = H1, lease: float = 60,
+          max_attempts: int = 5, gone: bool = False):  # type: ignore[no-untyped-def]
+    return ledger.claim(key, job="job", params={"n": "1"}, holder=holder, lease_seconds=lease,
+                        max_attempts=max_attempts, holder_gone=lambda _h: gone)
+
+
+def test_first_claim_starts_attempt_one_with_fence_one(ledger: Ledger) -> None:
+    """A new key creates the outcome and attempt 1 holding fencing token 1."""
+    c = claim(ledger)
+    assert c.status == "started"
+    assert c.attempt is not None and c.attempt.number == 1 and c.attempt.fence == 1
+    out = ledger.outcome("job:1")
+    assert out is not None and out.state == "running" and out.current_attempt == c.attempt.id
+
+
+def test_live_lease_makes_second_claim_busy(ledger: Ledger) -> None:
+    """While attempt 1 holds a live lease, nobody else may start."""
+    first = claim(ledger)
+    second = claim(ledger, holder=H2)
+    assert second.status == "busy"
+    assert second.attempt is not None and second.attempt.id == first.attempt.id  # type: ignore[union-attr]
+
+
+def test_expired_lease_is_superseded_and_running_steps_become_unknown(ledger: Ledger) -> None:
+    """After expiry (by the ledger's clock) a new attempt takes over with a higher fence."""
+    first = claim(ledger, lease=0.2)
+    assert first.attempt is not None
+    ledger.move_step(first.attempt, "job:1/send", "running", name="send", expect=[None])
+    time.sleep(0.5)
+    second = claim(ledger, holder=H2)
+    assert second.status == "started" and second.attempt is not None
+    assert second.attempt.fence == 2 and second.attempt.number == 2
+    assert second.superseded is not None and second.superseded.id == first.attempt.id
+    step = ledger.step("job:1/send")
+    assert step is not None and step.state == "unknown"
+    assert "lease expired" in step.reason
+
+
+def test_gone_holder_is_broken_at_once(ledger: Ledger) -> None:
+    """A holder known to be dead does not make the next run wait for expiry."""
+    claim(ledger, lease=3600)
+    second = claim(ledger, holder=H2, gone=True)
+    assert second.status == "started"
+    assert second.superseded is not None and "gone" in ledger.attempts("job:1")[0].result
+
+
+def test_stale_attempt_writes_are_refused(ledger: Ledger) -> None:
+    """Once superseded, every write of the old attempt fails and changes nothing."""
+    first = claim(ledger, lease=0.2)
+    assert first.attempt is not None
+    time.sleep(0.5)
+    second = claim(ledger, holder=H2)
+    assert second.attempt is not None
+    with pytest.raises(StaleAttempt):
+        ledger.move_step(first.attempt, "job:1/x", "running", name="x", expect=[None])
+    with pytest.raises(StaleAttempt):
+        ledger.renew(first.attempt, 60)
+    with pytest.raises(StaleAttempt):
+        ledger.finish(first.attempt, "done", accepted=True)
+    assert ledger.step("job:1/x") is None
+    out = ledger.outcome("job:1")
+    assert out is not None and out.state == "running" and out.fence == 2
+
+
+def test_done_outcome_is_never_claimed_again(ledger: Ledger) -> None:
+    """Outcomes never repeat: a done key answers done."""
+    c = claim(ledger)
+    assert c.attempt is not None
+    ledger.finish(c.attempt, "done", accepted=True)
+    again = claim(ledger, holder=H2)
+    assert again.status == "done" and again.attempt is None
+    out = ledger.outcome("job:1")
+    assert out is not None and out.accepted_attempt == c.attempt.id and out.attempts == 1
+
+
+def test_attempt_limit_blocks_until_retry(ledger: Ledger) -> None:
+    """Past max_attempts the outcome is blocked; retry grants a fresh budget."""
+    for _ in range(2):
+        c = claim(ledger, max_attempts=2)
+        assert c.status == "started" and c.attempt is not None
+        ledger.finish(c.attempt, "failed", "boom")
+    blocked = claim(ledger, max_attempts=2)
+    assert blocked.status == "blocked" and "attempts exhausted" in blocked.reason
+    assert claim(ledger, max_attempts=2).status == "blocked"
+    ledger.retry("job:1", actor="tester")
+    again = claim(ledger, max_attempts=2)
+    assert again.status == "started" and again.attempt is not None and again.attempt.number == 3
+
+
+def test_step_transitions_check_the_expected_state(ledger: Ledger) -> None:
+    """Two racers on one step: the second write, expecting the old state, is refused."""
+    c = claim(ledger)
+    assert c.attempt is not None
+    ledger.move_step(c.attempt, "job:1/s", "running", name="s", expect=[None])
+    with pytest.raises(Busy):
+        ledger.move_step(c.attempt, "job:1/s", "running", name="s", expect=[None])
+    ledger.move_step(c.attempt, "job:1/s", "done", name="s", expect=["running"], evidence="id-1")
+    with pytest.raises(InvalidInput):
+        ledger.move_step(c.attempt, "job:1/s", "running", name="s", expect=["done"])
+    step = ledger.step("job:1/s")
+    assert step is not None and step.state == "done" and step.evidence == "id-1" and step.tries == 1
+
+
+def test_done_is_refused_while_a_step_is_open(ledger: Ledger) -> None:
+    """Close-out cannot mark done over a running, unknown or blocked step."""
+    c = claim(ledger)
+    assert c.attempt is not None
+    ledger.move_step(c.attempt, "job:1/s", "running", name="s", expect=[None])
+    ledger.move_step(c.attempt, "job:1/s", "unknown", name="s", expect=["running"], reason="timeout")
+    with pytest.raises(InvalidInput, match="step s is unknown"):
+        ledger.finish(c.attempt, "done", accepted=True)
+    out = ledger.outcome("job:1")
+    assert out is not None and out.state == "running"
+
+
+def test_history_records_every_transition_with_fence_and_actor(ledger: Ledger) -> None:
+    """The history is the record: each change, its attempt, fencing token and reason."""
+    c = claim(ledger)
+    assert c.attempt is not None
+    ledger.move_step(c.attempt, "job:1/s", "running", name="s", expect=[None])
+    ledger.move_step(c.attempt, "job:1/s", "done", name="s", expect=["running"], evidence="e",
+                     outcome_state="delivered")
+    ledger.finish(c.attempt, "done", accepted=True)
+    events = ledger.history("job:1")
+    pairs = [(e.kind, e.from_state, e.to_state) for e in events]
+    assert ("step", "", "running") in pairs and ("step", "running", "done") in pairs
+    assert ("outcome", "running", "delivered") in pairs and ("outcome", "delivered", "done") in pairs
+    assert all(e.fence == 1 and e.attempt_id == c.attempt.id for e in events)
+    assert [e.id for e in events] == sorted(e.id for e in events)
+
+
+def test_resolve_found_and_absent(ledger: Ledger) -> None:
+    """A human settles unknown steps: found records evidence, absent allows execution."""
+    c = claim(ledger)
+    assert c.attempt is not None
+    for name in ("a", "b"):
+        ledger.move_step(c.attempt, f"job:1/{name}", "running", name=name, expect=[None])
+        ledger.move_step(c.attempt, f"job:1/{name}", "blocked", name=name, expect=["running"],
+                         reason="ambiguous")
+    ledger.finish(c.attempt, "blocked", "step a: ambiguous")
+    a = ledger.resolve("job:1", "a", found="msg-1", actor="ops")
+    assert a.state == "done" and a.evidence == "msg-1"
+    assert ledger.outcome("job:1").state == "blocked"  # type: ignore[union-attr]
+    b = ledger.resolve("job:1", "b", found=None, actor="ops", note="not in the inbox")
+    assert b.state == "planned" and "not in the inbox" in b.reason
+    out = ledger.outcome("job:1")
+    assert out is not None and out.state == "failed"
+    assert any(e.actor == "ops" for e in ledger.history("job:1"))
+
+
+def test_approve_ahead_of_the_step(ledger: Ledger) -> None:
+    """Approval can be recorded before the step first runs."""
+    c = claim(ledger)
+    assert c.attempt is not None
+    step = ledger.approve("job:1", "charge", actor="finance", note="ok")
+    assert step.state == "planned" and step.approved_by == "finance: ok"
+
+
+def test_retry_refuses_while_a_step_is_blocked(ledger: Ledger) -> None:
+    """retry does not bypass a step a human must settle."""
+    c = claim(ledger)
+    assert c.attempt is not None
+    ledger.move_step(c.attempt, "job:1/a", "running", name="a", expect=[None])
+    ledger.move_step(c.attempt, "job:1/a", "blocked", name="a", expect=["running"], reason="?")
+    ledger.finish(c.attempt, "blocked", "a")
+    with pytest.raises(InvalidInput, match="resolve"):
+        ledger.retry("job:1", actor="ops")
+
+
+def test_unknown_outcome_errors(ledger: Ledger) -> None:
+    """Human commands on a key that does not exist say so."""
+    with pytest.raises(UnknownOutcome):
+        ledger.resolve("nope", "s", found="x", actor="ops")
+    with pytest.raises(UnknownOutcome):
+        ledger.retry("nope", actor="ops")
+    assert ledger.outcome("nope") is None
+
+
+def test_key_belongs_to_one_job(ledger: Ledger) -> None:
+    """The same key from another job is refused rather than merged."""
+    claim(ledger)
+    with pytest.raises(InvalidInput, match="belongs to job"):
+        ledger.claim("job:1", job="other", params={}, holder=H2, lease_seconds=5, max_attempts=3)
+
+
+def test_listing_filters_by_job_and_state(ledger: Ledger) -> None:
+    """ls: outcomes by job and state."""
+    c = claim(ledger, key="job:1")
+    claim(ledger, key="job:2")
+    assert c.attempt is not None
+    ledger.finish(c.attempt, "done", accepted=True)
+    assert [o.key for o in ledger.outcomes(state="done")] == ["job:1"]
+    assert {o.key for o in ledger.outcomes(job="job")} == {"job:1", "job:2"}
+    assert ledger.outcomes(job="other") == []
+
+
+def test_migrations_are_recorded_and_a_newer_schema_is_refused(ledger_url: str) -> None:
+    """A ledger written by a newer retrysafe is refused and left untouched."""
+    with open_ledger(ledger_url) as led:
+        version = led.schema_version()
+        assert version >= 1 and led.migrate() == []
+        with led.backend.transaction() as tx:
+            tx.run("INSERT INTO rs_schema (version, name, applied_at) VALUES (?, ?, ?)",
+                   (version + 1, "from the future", 0.0))
+    with pytest.raises(SchemaTooNew, match="upgrade retrysafe"):
+        open_ledger(ledger_url)
+    with pytest.raises(SchemaTooNew):
+        open_ledger(ledger_url, auto_migrate=False)
+
+
+def test_renew_extends_the_lease_by_the_ledger_clock(ledger: Ledger) -> None:
+    """A heartbeat keeps a slow attempt alive past its first lease."""
+    c = claim(ledger, lease=0.4)
+    assert c.attempt is not None
+    for _ in range(4):
+        time.sleep(0.2)
+        ledger.renew(c.attempt, 0.4)
+    assert claim(ledger, holder=H2).status == "busy"

@@ -1,0 +1,64 @@
+"""Test support: a retrysafe home in a temporary folder and the CLI as a real process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("RETRYSAFE_") or k.startswith("RETRYSAFE_TEST_")}
+
+
+@dataclass
+class Home:
+    """A retrysafe home in a temporary folder, and the CLI run against it."""
+
+    path: Path
+    ledger: str | None = None
+    env: dict[str, str] = field(default_factory=_clean_env)
+
+    def __post_init__(self) -> None:
+        self.env["RETRYSAFE_HOME"] = str(self.path)
+        if self.ledger:
+            self.env["RETRYSAFE_LEDGER"] = self.ledger
+        self.env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+
+    def config(self, text: str) -> Path:
+        path = self.path / "retrysafe.toml"
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    def cmd(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "retrysafe", *args]
+
+    def run(self, *args: str, env: Mapping[str, str] | None = None, timeout: float = 120,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.cmd(*args), env={**self.env, **(env or {})}, cwd=cwd,
+                              capture_output=True, text=True, timeout=timeout, check=False)
+
+    def popen(self, *args: str, env: Mapping[str, str] | None = None,
+              **kw: object) -> subprocess.Popen[str]:
+        return subprocess.Popen(self.cmd(*args), env={**self.env, **(env or {})},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                **kw)  # type: ignore[call-overload]
+
+    def open_ledger(self) -> Any:
+        from retrysafe.ledger import open_ledger
+
+        return open_ledger(self.ledger or f"sqlite:///{self.path / 'ledger.sqlite3'}")
+
+    def snapshot(self) -> dict[str, bytes]:
+        """Every file under the home, for "nothing changed" assertions."""
+        out: dict[str, bytes] = {}
+        for p in sorted(self.path.rglob("*")):
+            if p.is_file() and not p.name.endswith(("-wal", "-shm")):
+                out[str(p.relative_to(self.path))] = p.read_bytes()
+        return out
