@@ -121,6 +121,13 @@ class EmailConnector(ConnectorBase):
             message_id_domain=self.settings.message_id_domain,
         )
 
+    def validate(self, payload: Payload) -> None:
+        """Check a payload without touching any server; raises :class:`InvalidInput`.
+
+        Lets a caller reject bad input before it records any intent to send.
+        """
+        self.message_for("validate/only", payload)
+
     def _file_pending(self, sent_box: Mailbox, message: OutgoingMessage) -> list[str]:
         """File the pending copy: from here on a lookup can never say absent."""
         folder = self.settings.sent_folder
