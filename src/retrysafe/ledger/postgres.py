@@ -1,0 +1,364 @@
+"""The shared ledger: PostgreSQL, for workers on many machines.
+
+Opened deliberately:
+
+* a small connection pool (``psycopg_pool``), opened on first use, every
+  connection checked on checkout, so a server restart costs one failed check
+  instead of one failed transaction;
+* ``READ COMMITTED`` transactions; rows that decide something are read with
+  ``SELECT ... FOR UPDATE`` (:attr:`PostgresBackend.lock_clause`), so every
+  writer of an outcome queues on that outcome's row;
+* time from the server (``now()``, the transaction's start by the database
+  clock): leases expire by one clock, whatever the workers' clocks say;
+* ``lock_timeout`` and ``idle_in_transaction_session_timeout`` on every
+  session, so a worker frozen inside a transaction (SIGSTOP, a hung VM) is cut
+  off by the server and cannot hold an outcome's row forever;
+* migrations serialized by a transaction-scoped advisory lock.
+
+Errors become one line each: the server cannot be reached, restarted, or
+dropped the connection → :class:`~retrysafe.errors.LedgerUnavailable` (exit
+75, try again later); wrong credentials → :class:`~retrysafe.errors.LedgerAuthError`;
+a missing database or anything else → :class:`~retrysafe.errors.LedgerError`.
+
+A transaction that fails is rolled back and never retried here. In
+particular a ``COMMIT`` whose connection is lost may or may not have been
+applied: the caller gets ``LedgerUnavailable`` and runs again. That is safe
+because every ledger write is conditional (fenced on the attempt's token,
+guarded by the expected step state): a write that did land is not applied
+twice, it is found already done or refused as stale.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ..errors import LedgerAuthError, LedgerError, LedgerUnavailable
+from .backend import Backend, Tx
+
+__all__ = ["PostgresBackend"]
+
+# psycopg and its pool warn about connections they discard (after a restart, a
+# failed rollback); without a handler those warnings would reach stderr through
+# logging's last resort and break the CLI's one-line errors. Applications that
+# configure logging still receive them.
+logging.getLogger("psycopg").addHandler(logging.NullHandler())
+
+#: the advisory lock key migrations take ("retrysafe" as 8 bytes, big endian)
+MIGRATION_LOCK_KEY = int.from_bytes(b"rtrysafe", "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+CONNECT_TIMEOUT = 10
+"""Seconds to wait for a new connection (unless the URL sets ``connect_timeout``)."""
+POOL_TIMEOUT = 15.0
+"""Seconds a transaction waits for a working pooled connection."""
+LOCK_TIMEOUT = "30s"
+"""How long a statement waits for a row lock before giving up (exit 75, retry)."""
+IDLE_IN_TRANSACTION_TIMEOUT = "60s"
+"""The server ends a session that sits inside a transaction this long (a frozen worker)."""
+POOL_MAX = 4
+
+# SQLSTATE classes and codes meaning "try again later": the transaction was
+# rolled back by the server or never reached it.
+_TRANSIENT_CLASSES = ("08", "40", "53", "57")
+_TRANSIENT_CODES = frozenset({"55P03"})  # lock_not_available (lock_timeout)
+_AUTH_CLASSES = ("28",)
+_AUTH_CODES = frozenset({"42501"})  # insufficient_privilege
+
+_AUTH_TEXT = (
+    "password authentication failed",
+    "authentication failed",
+    "no pg_hba.conf entry",
+    "password is required",
+    "role \"",
+    "permission denied for database",
+)
+_TRANSIENT_TEXT = (
+    "too many clients",
+    "too many connections",
+    "starting up",
+    "shutting down",
+    "in recovery mode",
+    "not yet accepting connections",
+    "not accepting connections",
+    "administrator command",
+)
+
+
+@functools.lru_cache(maxsize=512)
+def _driver_sql(sql: str) -> str:
+    """The core's ``?`` placeholders as psycopg's ``%s`` (a literal ``%`` is escaped)."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+def _one_line(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def hide_password(url: str) -> str:
+    """``url`` with the password (in the user part or a ``password=`` parameter) masked."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "postgresql://(unparseable URL)"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hosts = netloc.rpartition("@")
+        if ":" in userinfo:
+            userinfo = userinfo.split(":", 1)[0] + ":***"
+        netloc = f"{userinfo}@{hosts}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs], safe="/")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+class _PgTx(Tx):
+    """One transaction on one pooled connection."""
+
+    def __init__(self, conn: psycopg.Connection[DictRow]) -> None:
+        self.conn = conn
+        self._now: float | None = None
+
+    # The Tx contract: "the database's clock, read once at the start". now()
+    # *is* the time the transaction started, by the server's clock, whenever
+    # it is asked; fetching it on first use spares read-only transactions a
+    # round trip.
+    @property
+    def now(self) -> float:
+        if self._now is None:
+            row = self.conn.execute("SELECT extract(epoch FROM now()) AS now").fetchone()
+            assert row is not None
+            self._now = float(row["now"])
+        return self._now
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self._now = value
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cur = self.conn.execute(_driver_sql(sql), tuple(params))
+        return [dict(r) for r in cur.fetchall()] if cur.description else []
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self.conn.execute(_driver_sql(sql), tuple(params)).rowcount
+
+    def insert_id(self, sql: str, params: Sequence[Any] = ()) -> int:
+        row = self.conn.execute(_driver_sql(sql) + " RETURNING id", tuple(params)).fetchone()
+        assert row is not None
+        return int(row["id"])
+
+
+class PostgresBackend(Backend):
+    """A ledger in a PostgreSQL database, shared by workers on many hosts.
+
+    ``url`` is a libpq URL (``postgresql://user@host:5432/dbname?sslmode=...``).
+    Keep the password out of it: libpq reads ``PGPASSWORD`` and ``~/.pgpass``.
+    """
+
+    name = "postgresql"
+    lock_clause = " FOR UPDATE"
+    serial_pk = "BIGSERIAL PRIMARY KEY"
+    float_type = "DOUBLE PRECISION"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._shown = hide_password(url)
+        try:
+            params = conninfo_to_dict(url)
+        except psycopg.ProgrammingError as exc:
+            raise LedgerError(f"ledger URL {self._shown} is not valid: "
+                              f"{self._scrub(str(exc))}") from None
+        self._secret = str(params.get("password") or "")
+        self._kwargs: dict[str, Any] = {"autocommit": True}
+        if "connect_timeout" not in params:
+            self._kwargs["connect_timeout"] = CONNECT_TIMEOUT
+        if "application_name" not in params:
+            self._kwargs["application_name"] = "retrysafe"
+        self._pool: ConnectionPool[psycopg.Connection[DictRow]] | None = None
+        self._lock = threading.Lock()
+
+    # --- connections ------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[DictRow]:
+        """A direct connection (the first one, and to explain a pool timeout)."""
+        try:
+            conn = psycopg.connect(self.url, row_factory=dict_row, **self._kwargs)
+        except psycopg.Error as exc:
+            raise self._translate_connect(exc) from None
+        try:
+            self._configure(conn)
+        except psycopg.Error as exc:
+            conn.close()
+            raise self._translate(exc, in_commit=False) from None
+        return conn
+
+    @staticmethod
+    def _configure(conn: psycopg.Connection[Any]) -> None:
+        conn.execute("SELECT set_config('lock_timeout', %s, false),"
+                     " set_config('idle_in_transaction_session_timeout', %s, false)",
+                     (LOCK_TIMEOUT, IDLE_IN_TRANSACTION_TIMEOUT))
+
+    def _open_pool(self) -> ConnectionPool[psycopg.Connection[DictRow]]:
+        with self._lock:
+            if self._pool is not None:
+                return self._pool
+            # One direct connection first: a wrong password or an unreachable
+            # server is reported at once, precisely, instead of as a pool timeout.
+            self._connect().close()
+            pool: ConnectionPool[psycopg.Connection[DictRow]] = ConnectionPool(
+                self.url,
+                kwargs={**self._kwargs, "row_factory": dict_row},
+                min_size=1,
+                max_size=POOL_MAX,
+                open=False,
+                configure=self._configure,
+                check=ConnectionPool.check_connection,
+                timeout=POOL_TIMEOUT,
+                name="retrysafe-ledger",
+            )
+            pool.open(wait=False)
+            self._pool = pool
+            return pool
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[DictRow]]:
+        pool = self._open_pool()
+        try:
+            conn = pool.getconn()
+        except PoolTimeout:
+            # The pool could not hand out a working connection: ask the server
+            # directly, so the error says why (down, credentials, database).
+            self._connect().close()
+            raise LedgerUnavailable(
+                f"ledger {self._shown}: no working connection within {POOL_TIMEOUT:.0f}s; "
+                "try again later"
+            ) from None
+        except psycopg.Error as exc:
+            raise self._translate_connect(exc) from None
+        try:
+            yield conn
+        finally:
+            # a broken connection is discarded here, a healthy one reused
+            pool.putconn(conn)
+
+    # --- transactions -----------------------------------------------------------
+
+    @contextmanager
+    def transaction(self, write: bool = True) -> Iterator[Tx]:
+        """A ``READ COMMITTED`` transaction; ``write`` changes nothing here.
+
+        Writers serialize on the rows they lock (``FOR UPDATE``), not on a
+        database-wide write lock as SQLite does.
+        """
+        with self._connection() as conn:
+            body_done = False
+            try:
+                with conn.transaction():
+                    yield _PgTx(conn)
+                    body_done = True  # from here on, only the COMMIT can fail
+            except psycopg.Error as exc:
+                raise self._translate(exc, in_commit=body_done) from None
+
+    @contextmanager
+    def migration_lock(self) -> Iterator[Tx]:
+        """A transaction holding the migration advisory lock until it ends.
+
+        Workers that start at once on a fresh database queue here: the first
+        creates the tables, the others find them created.
+        """
+        with self.transaction() as tx:
+            tx.rows("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK_KEY,))
+            yield tx
+
+    # --- errors -----------------------------------------------------------------
+
+    def _scrub(self, text: str) -> str:
+        text = _one_line(text)
+        if self._secret:
+            text = text.replace(self._secret, "***")
+        return text.replace(self.url, self._shown)
+
+    def _translate_connect(self, exc: psycopg.Error) -> LedgerError:
+        """A failure to connect, told by what the server or the network said."""
+        text = self._scrub(str(exc)).removeprefix("connection failed: ")
+        low = text.lower()
+        if "database \"" in low and "does not exist" in low:
+            return LedgerError(f"ledger {self._shown}: {text}: create the database or fix the URL")
+        if any(t in low for t in _TRANSIENT_TEXT):
+            return LedgerUnavailable(f"ledger {self._shown} is not accepting connections now "
+                                     f"({text}); try again later")
+        if any(t in low for t in _AUTH_TEXT):
+            return LedgerAuthError(f"ledger {self._shown} refused the credentials ({text}); "
+                                   "check the user and PGPASSWORD or ~/.pgpass")
+        if "fatal:" in low:
+            return LedgerError(f"ledger {self._shown} refused the connection: {text}")
+        return LedgerUnavailable(f"ledger {self._shown} is unreachable ({text}); try again later")
+
+    def _translate(self, exc: psycopg.Error, *, in_commit: bool) -> LedgerError:
+        """A failure inside a transaction; the transaction did not take effect
+        (or, for a lost COMMIT, may have: the caller's retry is safe either way)."""
+        if isinstance(exc, PoolTimeout):
+            return LedgerUnavailable(f"ledger {self._shown}: no connection available; "
+                                     "try again later")
+        state = exc.sqlstate or ""
+        text = self._scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        broken = isinstance(exc, psycopg.OperationalError) and not state
+        if in_commit and (broken or state.startswith("08")):
+            return LedgerUnavailable(
+                f"ledger {self._shown}: the connection was lost while committing ({text}); "
+                "the change may or may not have been recorded; run again, ledger writes are "
+                "fenced so a repeat is safe"
+            )
+        if broken or state.startswith(_TRANSIENT_CLASSES) or state in _TRANSIENT_CODES:
+            return LedgerUnavailable(f"ledger {self._shown} failed mid-transaction ({text}); "
+                                     "nothing was recorded; try again later")
+        if state.startswith(_AUTH_CLASSES) or state in _AUTH_CODES:
+            return LedgerAuthError(f"ledger {self._shown}: not allowed ({text})")
+        if state in ("42P01", "42703"):  # undefined table / column
+            return LedgerError(f"ledger {self._shown} does not hold the expected tables ({text}); "
+                               "run 'retrysafe migrate'")
+        return LedgerError(f"ledger {self._shown}: {text}")
+
+    # --- the rest of the contract -------------------------------------------------
+
+    def display_url(self) -> str:
+        return self._shown
+
+    def health(self) -> dict[str, Any]:
+        before = time.time()
+        with self.transaction(write=False) as tx:
+            row = tx.one(
+                "SELECT current_setting('server_version') AS version,"
+                " current_database() AS db, current_user AS usr,"
+                " current_setting('transaction_isolation') AS isolation,"
+                " extract(epoch FROM clock_timestamp()) AS clock"
+            )
+        after = time.time()
+        assert row is not None
+        return {
+            "server_version": row["version"],
+            "database": row["db"],
+            "user": row["usr"],
+            "isolation": row["isolation"],
+            # informative only: leases are judged by the server's clock
+            "clock_offset_seconds": round(float(row["clock"]) - (before + after) / 2, 3),
+        }
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close(timeout=5)
