@@ -15,10 +15,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from support import Home  # noqa: E402
+from support import Home
 
 try:
-    from pgtest import pg_dsn  # noqa: F401  (re-exported fixture)
+    from pgtest import pg_dsn
 except ImportError:  # pragma: no cover - before the PostgreSQL support lands
 
     @pytest.fixture(scope="session")
@@ -36,10 +36,9 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     dsn: str = request.getfixturevalue("pg_dsn")
     from retrysafe.ledger import open_ledger
 
-    with open_ledger(dsn) as ledger:
-        with ledger.backend.transaction() as tx:
-            for table in ("rs_events", "rs_steps", "rs_attempts", "rs_outcomes"):
-                tx.run(f"DELETE FROM {table}")
+    with open_ledger(dsn) as ledger, ledger.backend.transaction() as tx:
+        for table in ("rs_events", "rs_steps", "rs_attempts", "rs_outcomes"):
+            tx.run(f"DELETE FROM {table}")
     return dsn
 
 

@@ -7,6 +7,7 @@ phases an agent can also drive one by one (:meth:`Run.decide`,
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -211,8 +212,8 @@ class Run:
             return Decision("blocked", skey, state, reason=step.reason,
                             unblock=self._unblock(name, step))
         if step is not None and step.state == _S.RUNNING and not self._runner_gone(step):
-            return Decision("busy", skey, state,
-                            reason=f"step {name} is running in process {step.runner.pid if step.runner else '?'}")
+            pid = step.runner.pid if step.runner else "?"
+            return Decision("busy", skey, state, reason=f"step {name} is running in process {pid}")
         if step is not None and step.state in (_S.UNKNOWN, _S.RUNNING) and not looked_up:
             if has_lookup or policy.on_unknown == OnUnknown.LOOKUP:
                 return Decision(
@@ -361,7 +362,8 @@ class Run:
                 raise PayloadMismatch(
                     f"step {name} of {self.key} was recorded with a different payload; "
                     "use a new step name or item"
-                    + (", or allow updating in place" if connector is not None and connector.updatable else ""),
+                    + (", or allow updating in place"
+                       if connector is not None and connector.updatable else ""),
                     key=self.key, step=name, state=step.state)
             assert connector is not None and payload is not None
             evidence = connector.update(skey, payload)
@@ -423,10 +425,9 @@ class Run:
                              step=name, state=_S.FAILED) from None
         except BaseException as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            try:
+            # the ledger may be the thing that failed; the running row says unknown anyway
+            with contextlib.suppress(Exception):
                 self.mark_unknown(name, reason, item=item)
-            except Exception:  # noqa: BLE001 - the ledger may be the thing that failed
-                pass
             if isinstance(exc, Exception):
                 raise StepUnknown(
                     f"step {name} of {self.key} may or may not have happened ({reason}); "

@@ -111,7 +111,9 @@ class Job:
             out[name] = keys.validate_param(name, type_name, value)
         return out
 
-    def outcome_key(self, given: Mapping[str, str], now: datetime | None = None) -> tuple[str, dict[str, str]]:
+    def outcome_key(
+        self, given: Mapping[str, str], now: datetime | None = None
+    ) -> tuple[str, dict[str, str]]:
         params = self.resolve_params(given, now)
         return keys.render_key(self.key, params), params
 

@@ -36,5 +36,5 @@ def crash_point(step: str, point: str) -> None:
     if ENV not in os.environ:
         return
     targets = _targets()
-    if (step, point) in targets or ("*", point) in targets and step != "run":
+    if (step, point) in targets or (("*", point) in targets and step != "run"):
         os.kill(os.getpid(), signal.SIGKILL)

@@ -97,7 +97,8 @@ def parse_overrides(job: str, table: Mapping[str, Any]) -> dict[EffectClass, Pol
             if field in ("retry_failed", "approval"):
                 if not isinstance(value, bool):
                     raise ConfigError(f"job {job!r}: classes.{cls_name}.{field} must be true or false")
-                policy = replace(policy, **{field: value})
+                policy = (replace(policy, retry_failed=value) if field == "retry_failed"
+                          else replace(policy, approval=value))
             elif field == "on_unknown":
                 try:
                     policy = replace(policy, on_unknown=OnUnknown(value))

@@ -18,7 +18,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["append_jsonl", "atomic_write_bytes", "atomic_write_json", "fsync_dir", "read_jsonl", "sha256_file"]
+__all__ = [
+    "append_jsonl",
+    "atomic_copy",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "fsync_dir",
+    "read_jsonl",
+    "sha256_file",
+]
 
 
 def fsync_dir(path: Path) -> None:

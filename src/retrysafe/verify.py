@@ -82,10 +82,10 @@ def verify_outcome(engine: Engine, key: str) -> list[Check]:
                                                "(no independent check declared)"))
     if accepted is not None and job is not None:
         run = Run(engine, job, accepted)
-        for problem in run.closeout_problems():
-            if not problem.startswith("step ") and "artifact" in problem or "acceptance" in problem:
-                checks.append(Check("acceptance", False, problem))
-        if job.accept or job.expected_artifacts:
-            if not any(c.subject == "acceptance" for c in checks):
-                checks.append(Check("acceptance", True, "expected artifacts exist and accept commands pass"))
+        # step states and checksums were checked above; add the job's own acceptance
+        failed = [p for p in run.closeout_problems()
+                  if p.startswith(("expected artifact", "acceptance check"))]
+        checks.extend(Check("acceptance", False, p) for p in failed)
+        if (job.accept or job.expected_artifacts) and not failed:
+            checks.append(Check("acceptance", True, "expected artifacts exist and accept commands pass"))
     return checks

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from pipeline import Pipeline, make_pipeline
 from support import Home
 

@@ -32,7 +32,8 @@ class _Ordered(click.Group):
 
 @click.group(cls=_Ordered, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--home", envvar="RETRYSAFE_HOME", metavar="DIR",
-              help="Home folder (runs/, ledger, config). Env RETRYSAFE_HOME; default: the per-user state folder.")
+              help="Home folder (runs/, ledger, config). Env RETRYSAFE_HOME; "
+                   "default: the per-user state folder.")
 @click.option("--config", envvar="RETRYSAFE_CONFIG", metavar="FILE",
               help="Config file. Env RETRYSAFE_CONFIG; default: HOME/retrysafe.toml.")
 @click.option("--ledger", envvar="RETRYSAFE_LEDGER", metavar="URL",

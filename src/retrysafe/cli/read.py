@@ -40,7 +40,8 @@ def status(key: str, as_json: bool) -> None:
     click.echo(f"state     {out.state}" + (f": {out.reason}" if out.reason else ""))
     if hint:
         click.echo(f"unblock   {hint}")
-    click.echo(f"attempts  {out.attempts}" + (f" (accepted: {next((a.number for a in attempts if a.id == out.accepted_attempt), '-')})" if out.accepted_attempt else ""))
+    accepted = next((a.number for a in attempts if a.id == out.accepted_attempt), None)
+    click.echo(f"attempts  {out.attempts}" + (f" (accepted: {accepted})" if accepted else ""))
     click.echo(f"folder    {folder}")
     for a in attempts:
         ctx = ", ".join(f"{k}={v}" for k, v in sorted(a.context.items()))
@@ -91,7 +92,8 @@ def history(key: str, as_json: bool) -> None:
         return
     prefix = key + "/"
     table(["time", "fence", "actor", "what", "from", "to", "reason"],
-          [[when(e.at), e.fence, e.actor, e.kind + (f" {e.step_key.removeprefix(prefix)}" if e.step_key else ""),
+          [[when(e.at), e.fence, e.actor,
+            e.kind + (f" {e.step_key.removeprefix(prefix)}" if e.step_key else ""),
             e.from_state or "-", e.to_state, e.reason] for e in events])
 
 

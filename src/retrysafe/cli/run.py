@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -81,10 +82,8 @@ def run(job_name: str, params: tuple[str, ...], openclaw_run_id: str | None,
     proc = subprocess.Popen(list(cmd), env=env)
 
     def forward(signum: int, _frame: FrameType | None) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signum)
-        except ProcessLookupError:
-            pass
 
     previous: Mapping[int, object] = {s: signal.signal(s, forward) for s in _FORWARDED}
 

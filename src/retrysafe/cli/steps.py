@@ -116,11 +116,13 @@ _CMD_SETTINGS = {"ignore_unknown_options": True}
 @click.option("--class", "effect_class", metavar="CLASS",
               help="Effect class: read, local_write, git_commit, message, publish, payment, delete.")
 @click.option("--item", metavar="ID", help="Per-item work: the step key gets /ID.")
-@click.option("--check", metavar="SHELL", help="Lookup command: exit 0 found (stdout = evidence), 1 absent, else ambiguous.")
+@click.option("--check", metavar="SHELL", help="Lookup command: exit 0 found (stdout = evidence), 1 absent, "
+              "else ambiguous.")
 @click.option("--connector", metavar="INSTANCE", help="A connector declared as [connectors.INSTANCE].")
 @click.option("--payload", "payload_file", metavar="FILE.json", help="Connector payload (JSON object).")
 @click.option("--with", "with_pairs", multiple=True, metavar="KEY=VALUE", help="Connector payload field.")
-@click.option("--allow-update", is_flag=True, help="Let an updatable connector replace a changed payload in place.")
+@click.option("--allow-update", is_flag=True,
+              help="Let an updatable connector replace a changed payload in place.")
 @click.option("--attempt", "attempt_id", metavar="ID", help="Attempt id (default: $RETRYSAFE_ATTEMPT_ID).")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def step(name: str, effect_class: str | None, item: str | None, check: str | None,
@@ -164,7 +166,8 @@ def step(name: str, effect_class: str | None, item: str | None, check: str | Non
 
 @click.command(context_settings=_CMD_SETTINGS)
 @click.argument("name")
-@click.option("--output", metavar="FILE", help="File name of the artifact in the attempt folder (default NAME).")
+@click.option("--output", metavar="FILE",
+              help="File name of the artifact in the attempt folder (default NAME).")
 @click.option("--validate", metavar="SHELL", help="Command that must exit 0 for the artifact to be accepted.")
 @click.option("--item", metavar="ID", help="Per-item work: the step key gets /ID.")
 @click.option("--attempt", "attempt_id", metavar="ID", help="Attempt id (default: $RETRYSAFE_ATTEMPT_ID).")

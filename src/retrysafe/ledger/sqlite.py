@@ -9,6 +9,7 @@ busy timeout so concurrent processes queue instead of failing.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -127,9 +128,7 @@ class SqliteBackend(Backend):
     def close(self) -> None:
         with self._lock:
             for conn in self._all:
-                try:
+                with contextlib.suppress(sqlite3.Error):
                     conn.close()
-                except sqlite3.Error:
-                    pass
             self._all.clear()
         self._local = threading.local()
