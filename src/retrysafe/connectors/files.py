@@ -163,9 +163,7 @@ class FileConnector(ConnectorBase):
     def _source(self, payload: Payload) -> Path:
         raw = payload.get("source")
         if not raw or not isinstance(raw, str | os.PathLike):
-            raise InvalidInput(
-                f"connector {self.name!r}: payload needs 'source' (the file to publish)"
-            )
+            raise InvalidInput(f"connector {self.name!r}: payload needs 'source' (the file to publish)")
         return Path(raw).expanduser().absolute()
 
     def _target(self, step_key: str, payload: Payload, source_name: str = "") -> Path:
@@ -190,9 +188,7 @@ class FileConnector(ConnectorBase):
         # A relative target would depend on the working directory, so a re-run
         # from elsewhere would look in the wrong place and publish twice.
         if not path.is_absolute():
-            raise InvalidInput(
-                f"connector {self.name!r}: target {expanded!r} must be an absolute path"
-            )
+            raise InvalidInput(f"connector {self.name!r}: target {expanded!r} must be an absolute path")
         return path
 
     def _overwrite(self, payload: Payload) -> bool:
@@ -260,9 +256,7 @@ class FileConnector(ConnectorBase):
     def count(self, step_key: str) -> int:
         """1 when the configured target for this key exists, else 0."""
         if self.target is None or "{name}" in self.target:
-            raise InvalidInput(
-                f"connector {self.name!r}: count needs a config target without {{name}}"
-            )
+            raise InvalidInput(f"connector {self.name!r}: count needs a config target without {{name}}")
         return 1 if self._target(step_key, {}).is_file() else 0
 
     # --- the file system ----------------------------------------------------

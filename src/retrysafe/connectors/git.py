@@ -185,9 +185,7 @@ class _GitBase(ConnectorBase):
 
 
 def _has_commit(repo: Path, ref: str) -> bool:
-    return (
-        _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False).code == 0
-    )
+    return _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False).code == 0
 
 
 def _commits_with_key(repo: Path, ref: str, step_key: str) -> list[str]:
@@ -255,6 +253,10 @@ class GitCommitConnector(_GitBase):
                 f"{repo} is on branch {current or '(detached)'!r}, not {branch!r}; "
                 "check out the branch first. Nothing was committed"
             )
+        # A commit already carrying this key is this effect: never make a second.
+        existing = _commits_with_key(repo, branch, step_key)
+        if existing:
+            return existing[0]
         added = _git(repo, "add", "--all", "--", *paths, check=False)
         if added.code != 0:
             raise EffectFailed(f"git add in {repo} failed: {_first_line(added.err)}")
@@ -345,9 +347,7 @@ class GitPushConnector(_GitBase):
         elif commit_key:
             found = _commits_with_key(repo, branch, str(commit_key))
             if not found:
-                raise InvalidInput(
-                    f"no commit with '{TRAILER}: {commit_key}' on {branch} in {repo}"
-                )
+                raise InvalidInput(f"no commit with '{TRAILER}: {commit_key}' on {branch} in {repo}")
             sha = found[0]
         else:
             if not _has_commit(repo, branch):
@@ -380,8 +380,7 @@ class GitPushConnector(_GitBase):
         error = self._fetch(repo, remote, branch)
         if error:
             return Ambiguous(
-                f"cannot fetch {remote} ({error}); check whether {remote}/{branch} "
-                f"contains commit {sha}"
+                f"cannot fetch {remote} ({error}); check whether {remote}/{branch} contains commit {sha}"
             )
         ref = f"refs/remotes/{remote}/{branch}"
         if not _has_commit(repo, ref):

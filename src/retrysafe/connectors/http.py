@@ -145,18 +145,14 @@ class HttpConnector(ConnectorBase):
         self.url = _check_url(url, f"connector {name!r}: url")
         self.method = method.upper()
         if self.method not in _METHODS:
-            raise ConfigError(
-                f"connector {name!r}: method {method!r} is not one of {sorted(_METHODS)}"
-            )
+            raise ConfigError(f"connector {name!r}: method {method!r} is not one of {sorted(_METHODS)}")
         self.headers = dict(headers or {})
         self.body = dict(body or {})
         self.idempotency_header = idempotency_header
         self.idempotent = idempotent
         self.evidence_field = evidence_field
         self.evidence_header = evidence_header
-        self.lookup_url = (
-            _check_url(lookup_url, f"connector {name!r}: lookup_url") if lookup_url else None
-        )
+        self.lookup_url = _check_url(lookup_url, f"connector {name!r}: lookup_url") if lookup_url else None
         self.lookup_evidence_field = lookup_evidence_field or evidence_field
         self._token = token
         self.auth_header = auth_header
@@ -185,9 +181,7 @@ class HttpConnector(ConnectorBase):
         if token_env:
             token = os.environ.get(str(token_env))
             if not token:
-                raise ConfigError(
-                    f"connector {name!r}: environment variable {token_env} is not set"
-                )
+                raise ConfigError(f"connector {name!r}: environment variable {token_env} is not set")
         for field in ("headers", "body"):
             if not isinstance(table.get(field, {}), Mapping):
                 raise ConfigError(f"connector {name!r}: {field} must be a table")
@@ -243,18 +237,13 @@ class HttpConnector(ConnectorBase):
         request_json = body if self.method != "GET" else None
         try:
             with self._client() as client:
-                resp = client.request(
-                    self.method, url, json=request_json, headers=self._headers(step_key)
-                )
+                resp = client.request(self.method, url, json=request_json, headers=self._headers(step_key))
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             # No connection was made, so no request was sent.
-            raise EffectFailed(
-                f"cannot reach {httpx.URL(url).host}: {exc}; nothing was sent"
-            ) from exc
+            raise EffectFailed(f"cannot reach {httpx.URL(url).host}: {exc}; nothing was sent") from exc
         except httpx.HTTPError as exc:
             raise ConnectorError(
-                f"{self.method} {url} got no answer ({type(exc).__name__}); "
-                "the request may have been applied"
+                f"{self.method} {url} got no answer ({type(exc).__name__}); the request may have been applied"
             ) from exc
         status = resp.status_code
         if 200 <= status < 300:
@@ -320,9 +309,7 @@ class HttpConnector(ConnectorBase):
                 resp = retrying(self._lookup_once, client, url)
         except _Transient as exc:
             # Cannot tell now; the step stays unknown and a later run looks again.
-            raise ConnectorError(
-                f"lookup GET {url} {exc} after {self.lookup_attempts} tries"
-            ) from exc
+            raise ConnectorError(f"lookup GET {url} {exc} after {self.lookup_attempts} tries") from exc
         if resp.status_code == 404:
             return ABSENT
         if resp.status_code == 200:

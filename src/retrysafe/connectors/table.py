@@ -170,9 +170,7 @@ class CsvTableConnector(ConnectorBase):
         try:
             atomic_write(self.path, lambda fh: fh.write(data), exclusive=False, mode=mode)
         except OSError as exc:
-            raise EffectFailed(
-                f"cannot write {self.path}: {exc.strerror}; no row was added"
-            ) from exc
+            raise EffectFailed(f"cannot write {self.path}: {exc.strerror}; no row was added") from exc
 
     def _key_index(self, header: list[str]) -> int:
         try:
@@ -299,9 +297,7 @@ class SqlTableConnector(ConnectorBase):
         self.table_parts = _ident_path(table, f"connector {name!r}: table")
         self.table = table
         self.key_column = _ident_path(key_column, f"connector {name!r}: key_column")[-1]
-        self.id_column = (
-            _ident_path(id_column, f"connector {name!r}: id_column")[-1] if id_column else None
-        )
+        self.id_column = _ident_path(id_column, f"connector {name!r}: id_column")[-1] if id_column else None
         self.password_env = password_env
         self.updatable = updatable
         self.effect_class = effect_class
@@ -321,9 +317,7 @@ class SqlTableConnector(ConnectorBase):
         _check_fields(name, table, {"url", "table", "id_column", "password_env"})
         url, tbl = table.get("url"), table.get("table")
         if not isinstance(url, str) or not url:
-            raise ConfigError(
-                f"connector {name!r}: 'url' is required (sqlite:///... or postgresql://...)"
-            )
+            raise ConfigError(f"connector {name!r}: 'url' is required (sqlite:///... or postgresql://...)")
         if not isinstance(tbl, str) or not tbl:
             raise ConfigError(f"connector {name!r}: 'table' is required")
         id_column = table.get("id_column")
@@ -356,9 +350,7 @@ class SqlTableConnector(ConnectorBase):
         cols = list(payload)
         for c in cols:
             if not _IDENT.match(c):
-                raise InvalidInput(
-                    f"column name {c!r} is not a plain identifier (letters, digits, _)"
-                )
+                raise InvalidInput(f"column name {c!r} is not a plain identifier (letters, digits, _)")
         if self.key_column in cols:
             raise InvalidInput(f"payload must not set the key column {self.key_column!r}")
         return cols
@@ -382,10 +374,7 @@ class SqlTableConnector(ConnectorBase):
         (nothing was sent) and "cannot tell now" for a read.
         """
         failure: type[ConnectorError] = EffectFailed if write else ConnectorError
-        if self.backend == "sqlite":
-            conn = self._sqlite_connect(write, failure)
-        else:
-            conn = self._pg_connect(failure)
+        conn = self._sqlite_connect(write, failure) if self.backend == "sqlite" else self._pg_connect(failure)
         try:
             yield conn
         except BaseException:
@@ -398,18 +387,14 @@ class SqlTableConnector(ConnectorBase):
     def _sqlite_connect(self, write: bool, failure: type[ConnectorError]) -> Any:
         if not self.sqlite_path.is_file():
             # sqlite3 would silently create an empty database, hiding a wrong path.
-            raise InvalidInput(
-                f"connector {self.name!r}: database file {self.sqlite_path} does not exist"
-            )
+            raise InvalidInput(f"connector {self.name!r}: database file {self.sqlite_path} does not exist")
         try:
             conn = sqlite3.connect(self.sqlite_path, timeout=10, isolation_level=None)
             # IMMEDIATE takes the write lock up front, so a busy database fails
             # here (nothing written) instead of half-way through.
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         except sqlite3.Error as exc:
-            raise failure(
-                f"connector {self.name!r}: cannot open {self.sqlite_path}: {exc}"
-            ) from exc
+            raise failure(f"connector {self.name!r}: cannot open {self.sqlite_path}: {exc}") from exc
         return conn
 
     def _pg_connect(self, failure: type[ConnectorError]) -> Any:
@@ -429,9 +414,7 @@ class SqlTableConnector(ConnectorBase):
             # psycopg's message names host and database but never the password.
             text = str(exc).strip()
             first = text.splitlines()[0] if text else type(exc).__name__
-            raise failure(
-                f"connector {self.name!r}: cannot connect to the database: {first}"
-            ) from exc
+            raise failure(f"connector {self.name!r}: cannot connect to the database: {first}") from exc
 
     def _run(self, conn: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         if self.backend == "postgresql":

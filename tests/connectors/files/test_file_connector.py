@@ -62,9 +62,7 @@ def test_publish_copies_atomically_and_lookup_proves_it(artifact: Path, www: Pat
     assert conn.execute(KEY, payload) == evidence
 
 
-def test_sigkill_after_the_copy_is_found_and_not_copied_again(
-    artifact: Path, www: Path, spawn: Any
-) -> None:
+def test_sigkill_after_the_copy_is_found_and_not_copied_again(artifact: Path, www: Path, spawn: Any) -> None:
     """Crash between the rename and our record: the re-run finds the file and writes nothing."""
     config = {"target": f"{www}/{{key}}.html"}
     payload = {"source": str(artifact)}
@@ -79,9 +77,7 @@ def test_sigkill_after_the_copy_is_found_and_not_copied_again(
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
 
 
-def test_other_content_at_the_target_is_ambiguous_and_never_clobbered(
-    artifact: Path, www: Path
-) -> None:
+def test_other_content_at_the_target_is_ambiguous_and_never_clobbered(artifact: Path, www: Path) -> None:
     """A different file at the target blocks with both checksums; only overwrite replaces it."""
     target = www / "report.html"
     target.write_text("someone else's page\n")

@@ -70,9 +70,7 @@ class Repos:
 
     def keyed(self, repo: Path, ref: str, key: str) -> list[str]:
         """SHAs on ``ref`` whose Retrysafe-Key trailer is ``key``, by plain git."""
-        out = git(
-            repo, "log", ref, "--format=%H %(trailers:key=Retrysafe-Key,valueonly,separator=)"
-        )
+        out = git(repo, "log", ref, "--format=%H %(trailers:key=Retrysafe-Key,valueonly,separator=)")
         return [line.split()[0] for line in out.splitlines() if line.split()[1:] == [key]]
 
 

@@ -54,6 +54,10 @@ def test_commit_carries_the_trailer_and_only_the_intended_paths(repos: Any) -> N
     assert sorted(status) == sorted([" M README.md", "A  staged.txt", "?? scratch.txt"])
     assert conn.lookup(KEY, {}) == Found(sha, {"ref": "main", "count": 1})
     assert conn.count(KEY) == 1 and conn.verify(KEY, sha)
+    # Executing the same key again is the same commit, not a second one.
+    (work / "reports" / "w32.md").write_text("# Week 32, again\n")
+    assert conn.execute(KEY, {"paths": "reports/w32.md", "message": "Again"}) == sha
+    assert conn.count(KEY) == 1
 
 
 def test_a_message_quoting_the_key_is_not_mistaken_for_the_trailer(repos: Any) -> None:
@@ -216,9 +220,7 @@ def test_push_to_an_unreachable_remote_is_a_definite_failure(repos: Any) -> None
         pusher(repos.work).execute(PUSH_KEY, {})
 
 
-def test_cli_run_killed_after_the_commit_then_rerun_finds_it_and_pushes(
-    repos: Any, home: Any
-) -> None:
+def test_cli_run_killed_after_the_commit_then_rerun_finds_it_and_pushes(repos: Any, home: Any) -> None:
     """End to end: SIGKILL after the commit; the re-run finds the trailer and pushes once."""
     work = repos.work
     (work / "w32.md").write_text("# Week 32\n")

@@ -32,9 +32,7 @@ class Api:
 
     def resources(self, api: str, key: str | None = None) -> list[dict[str, Any]]:
         data = json.loads(self.state_path.read_text())
-        return [
-            r for r in data["resources"] if r["api"] == api and (key is None or r["key"] == key)
-        ]
+        return [r for r in data["resources"] if r["api"] == api and (key is None or r["key"] == key)]
 
     def config(self, api: str, **extra: Any) -> dict[str, Any]:
         """A connector table for one of the two collections, with the token from the env."""

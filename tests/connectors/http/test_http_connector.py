@@ -61,9 +61,7 @@ def test_sigkill_after_the_post_is_found_by_lookup_and_not_repeated(api: Any, sp
     assert len(api.resources("plain")) == 1
 
 
-def test_idempotent_api_without_lookup_resends_and_gets_the_same_resource(
-    api: Any, spawn: Any
-) -> None:
+def test_idempotent_api_without_lookup_resends_and_gets_the_same_resource(api: Any, spawn: Any) -> None:
     """With idempotent = true and no lookup URL, re-sending the same key is the lookup."""
     config = api.config("idem", lookup_url=None, idempotent=True)
     code, _ = spawn("http", config, KEY, BODY, kill_after_execute=True)
@@ -179,9 +177,7 @@ def test_wrong_token_is_a_definite_failure_that_never_shows_the_token(
     assert api.resources("plain") == []
 
 
-def test_bad_configuration_is_rejected_before_any_request(
-    api: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_bad_configuration_is_rejected_before_any_request(api: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Missing or malformed URL, unknown fields, or an unset token variable: ConfigError."""
     with pytest.raises(ConfigError, match="'url' is required"):
         http({})

@@ -48,9 +48,7 @@ def spawn(tmp_path: Path) -> Any:
 
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
-COLUMNS_SQL = (
-    "{id} , retrysafe_key TEXT NOT NULL UNIQUE, title TEXT NOT NULL, amount INTEGER, note TEXT"
-)
+COLUMNS_SQL = "{id} , retrysafe_key TEXT NOT NULL UNIQUE, title TEXT NOT NULL, amount INTEGER, note TEXT"
 
 
 def _reachable_pg_dsn(request: pytest.FixtureRequest) -> str:
@@ -96,9 +94,7 @@ def sql_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlTa
         yield SqlTarget(
             f"sqlite:///{db}",
             "items",
-            lambda: sqlite_run(
-                "SELECT id, retrysafe_key, title, amount, note FROM items ORDER BY id"
-            ),
+            lambda: sqlite_run("SELECT id, retrysafe_key, title, amount, note FROM items ORDER BY id"),
             sqlite_run,
         )
         return

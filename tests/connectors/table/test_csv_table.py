@@ -53,9 +53,7 @@ def test_append_writes_the_key_column_and_lookup_finds_the_row(tmp_path: Path) -
     assert not list(tmp_path.glob(".log.csv.*"))  # no temporary file left behind
 
 
-def test_sigkill_after_the_append_is_found_and_not_appended_again(
-    tmp_path: Path, spawn: Any
-) -> None:
+def test_sigkill_after_the_append_is_found_and_not_appended_again(tmp_path: Path, spawn: Any) -> None:
     """Crash between the rename and our record: the re-run finds the row and adds nothing."""
     config = {"path": str(tmp_path / "log.csv")}
     code, out = spawn("csv", config, KEY, {"title": "Week 32"}, kill_after_execute=True)
@@ -66,9 +64,7 @@ def test_sigkill_after_the_append_is_found_and_not_appended_again(
     assert read(tmp_path / "log.csv") == [["title", "retrysafe_key"], ["Week 32", KEY]]
 
 
-def test_concurrent_writers_lose_no_row_and_never_duplicate_a_key(
-    tmp_path: Path, spawn: Any
-) -> None:
+def test_concurrent_writers_lose_no_row_and_never_duplicate_a_key(tmp_path: Path, spawn: Any) -> None:
     """Separate processes appending at once: the lock keeps every row, one per key."""
     config = {"path": str(tmp_path / "log.csv"), "columns": ["title"]}
     jobs = [(f"{KEY}/{i % 4}", {"title": f"item {i}"}) for i in range(8)]
@@ -140,9 +136,7 @@ def test_bad_input_is_rejected_with_a_clear_error(tmp_path: Path) -> None:
     assert len(read(path)) == 2
 
 
-def test_cli_run_killed_after_the_append_then_rerun_finds_the_row(
-    tmp_path: Path, home: Any
-) -> None:
+def test_cli_run_killed_after_the_append_then_rerun_finds_the_row(tmp_path: Path, home: Any) -> None:
     """End to end: SIGKILL after the row is written; the re-run's lookup finds it; one row."""
     path = tmp_path / "log.csv"
     home.path.mkdir(parents=True, exist_ok=True)

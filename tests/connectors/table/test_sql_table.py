@@ -46,9 +46,7 @@ def test_a_repeated_insert_returns_the_existing_row(sql_target: Any) -> None:
     assert [r[2] for r in sql_target.rows()] == ["Week 32"]
 
 
-def test_sigkill_after_the_commit_is_found_and_not_inserted_again(
-    sql_target: Any, spawn: Any
-) -> None:
+def test_sigkill_after_the_commit_is_found_and_not_inserted_again(sql_target: Any, spawn: Any) -> None:
     """Crash between the commit and our record: the re-run finds the row, inserts nothing."""
     config = {"url": sql_target.url, "table": sql_target.table, "id_column": "id"}
     code, out = spawn("sql", config, KEY, {"title": "Week 32"}, kill_after_execute=True)
@@ -120,9 +118,7 @@ def test_bad_configuration_and_payload_are_rejected(tmp_path: Path) -> None:
         build_connector("db", {"type": "sql", "url": "sqlite:///x.db", "table": "t; DROP"})
     with pytest.raises(ConfigError, match="'table' is required"):
         build_connector("db", {"type": "sql", "url": "sqlite:///x.db"})
-    missing = build_connector(
-        "db", {"type": "sql", "url": f"sqlite:///{tmp_path}/no.db", "table": "t"}
-    )
+    missing = build_connector("db", {"type": "sql", "url": f"sqlite:///{tmp_path}/no.db", "table": "t"})
     with pytest.raises(InvalidInput, match="does not exist"):
         missing.execute(KEY, {"title": "x"})
     assert not (tmp_path / "no.db").exists()
@@ -162,9 +158,7 @@ def test_unreachable_postgres_fails_definitely_and_hides_the_password(
         conn.execute(KEY, {"title": "x"})
 
 
-def test_cli_run_killed_after_the_insert_then_rerun_finds_the_row(
-    sql_target: Any, home: Any
-) -> None:
+def test_cli_run_killed_after_the_insert_then_rerun_finds_the_row(sql_target: Any, home: Any) -> None:
     """End to end on SQLite and PostgreSQL: SIGKILL after the commit; re-run finds the row."""
     home.path.mkdir(parents=True, exist_ok=True)
     home.config(
@@ -181,8 +175,7 @@ def test_cli_run_killed_after_the_insert_then_rerun_finds_the_row(
         """
     )
     inner = (
-        f"{shlex.quote(sys.executable)} -m retrysafe step record --connector db "
-        "--with 'title=Week 32 report'"
+        f"{shlex.quote(sys.executable)} -m retrysafe step record --connector db --with 'title=Week 32 report'"
     )
     run = ("run", "weekly", "-p", "week=2026-W32", "--", "sh", "-c", inner)
     first = home.run(*run, env={"RETRYSAFE_CRASH_AT": "record:after-execute"})
