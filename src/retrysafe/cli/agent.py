@@ -43,8 +43,19 @@ from ..keys import parse_assignments, step_key
 from ..ledger import Holder
 from ..process import host_id
 from ._common import emit_json, json_option, state
+from .missed import missed
 
-__all__ = ["AGENT_COMMANDS", "begin", "block", "check", "close", "intent", "record", "unknown"]
+__all__ = [
+    "AGENT_COMMANDS",
+    "begin",
+    "block",
+    "check",
+    "close",
+    "intent",
+    "missed",
+    "record",
+    "unknown",
+]
 
 _LEASE_FIELD = "agent_lease_seconds"
 _STATE_EXIT = {"done": EXIT_DONE, "blocked": EXIT_BLOCKED}
@@ -102,8 +113,7 @@ def _persist_block(
     record = run.ledger.step(decision.step_key)
     if run.attempt is None or (record is not None and record.state == "blocked"):
         return StepBlocked(
-            f"step {step} of {run.key} is blocked: {decision.reason}; "
-            f"to unblock: {decision.unblock}",
+            f"step {step} of {run.key} is blocked: {decision.reason}; to unblock: {decision.unblock}",
             key=run.key,
             step=step,
             unblock=decision.unblock,
@@ -296,14 +306,11 @@ def intent(
     """
     engine = state().engine
     run = _attach(engine, key, attempt_id)
-    decision = run.decide(
-        step_name, effect_class, item=item, has_lookup=True, looked_up=absent is not None
-    )
+    decision = run.decide(step_name, effect_class, item=item, has_lookup=True, looked_up=absent is not None)
     skey = decision.step_key
     if decision.action == "skip":
         raise InvalidInput(
-            f"step {step_name} of {key} is already done (evidence: "
-            f"{decision.evidence}); do not act again",
+            f"step {step_name} of {key} is already done (evidence: {decision.evidence}); do not act again",
             key=key,
             step=step_name,
             state="done",
@@ -324,9 +331,7 @@ def intent(
     if absent is not None:
         run.folder.log(run.attempt.id, skey, "lookup", "absent", where=absent)
     run.intent(step_name, effect_class, item=item)
-    click.echo(
-        f"running: {skey}; act once now, then 'retrysafe record {key} {step_name} --evidence ID'"
-    )
+    click.echo(f"running: {skey}; act once now, then 'retrysafe record {key} {step_name} --evidence ID'")
 
 
 # --- record / unknown / block ------------------------------------------------------------
@@ -343,9 +348,7 @@ def intent(
 )
 @_item_option
 @_attempt_option
-def record(
-    key: str, step_name: str, evidence: str, item: str | None, attempt_id: str | None
-) -> None:
+def record(key: str, step_name: str, evidence: str, item: str | None, attempt_id: str | None) -> None:
     """Record the evidence of an action, right after it happened.
 
     Also settles a step a lookup found. A step never intended is refused
@@ -416,14 +419,10 @@ def _unrecorded(exc: StaleAttempt, key: str, step: str, evidence: str) -> StaleA
 @click.command()
 @click.argument("key")
 @click.argument("step_name", metavar="STEP")
-@click.option(
-    "--reason", required=True, metavar="TEXT", help="What happened (timeout, no answer...)."
-)
+@click.option("--reason", required=True, metavar="TEXT", help="What happened (timeout, no answer...).")
 @_item_option
 @_attempt_option
-def unknown(
-    key: str, step_name: str, reason: str, item: str | None, attempt_id: str | None
-) -> None:
+def unknown(key: str, step_name: str, reason: str, item: str | None, attempt_id: str | None) -> None:
     """Mark an intended step 'unknown': it may or may not have happened.
 
     The next run is told to look it up before acting.
@@ -451,9 +450,7 @@ def unknown(
 @click.command()
 @click.argument("key")
 @click.argument("step_name", metavar="STEP")
-@click.option(
-    "--reason", required=True, metavar="TEXT", help="Exactly what a human must check to settle it."
-)
+@click.option("--reason", required=True, metavar="TEXT", help="Exactly what a human must check to settle it.")
 @_item_option
 @_attempt_option
 def block(key: str, step_name: str, reason: str, item: str | None, attempt_id: str | None) -> None:
@@ -527,5 +524,6 @@ def close(key: str, failed_reason: str | None, attempt_id: str | None, as_json: 
     sys.exit(_STATE_EXIT.get(out.state, EXIT_FAILED))
 
 
-AGENT_COMMANDS: list[click.Command] = [begin, check, intent, record, unknown, block, close]
-"""Registered by the main group: ``retrysafe begin/check/intent/record/unknown/block/close``."""
+AGENT_COMMANDS: list[click.Command] = [begin, check, intent, record, unknown, block, close, missed]
+"""Registered by the main group: ``retrysafe begin/check/intent/record/unknown/block/close``,
+and ``retrysafe missed`` (which occurrences an agent or a human still has to backfill)."""
