@@ -1,0 +1,204 @@
+"""`retrysafe run`, `step`, `generate` and the human commands, as a user drives them."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from pipeline import Pipeline
+from support import Home
+
+PY = sys.executable
+
+
+def simple_job(home: Home, extra: str = "") -> None:
+    home.path.mkdir(parents=True, exist_ok=True)
+    home.config(f"""
+        [jobs.report]
+        key = "report:{{week}}"
+        params = {{ week = "isoweek" }}
+        max_attempts = 3
+        lease_seconds = 60
+        {extra}
+    """)
+
+
+def test_run_passes_the_attempt_environment(home: Home, tmp_path: Path) -> None:
+    """CMD sees the key, the attempt number, its id and its own folder."""
+    simple_job(home)
+    dump = tmp_path / "env.json"
+    code = f"import json, os; json.dump(dict(os.environ), open({str(dump)!r}, 'w'))"
+    proc = home.run("run", "report", "-p", "week=2026-W32", "--", PY, "-c", code)
+    assert proc.returncode == 0, proc.stderr
+    env = json.loads(dump.read_text())
+    assert env["RETRYSAFE_OUTCOME_KEY"] == "report:2026-W32"
+    assert env["RETRYSAFE_JOB"] == "report" and env["RETRYSAFE_ATTEMPT"] == "1"
+    assert env["RETRYSAFE_HOME"] == str(home.path)
+    attempt_dir = Path(env["RETRYSAFE_ATTEMPT_DIR"])
+    assert attempt_dir == home.path / "runs" / "report" / "report+2026-W32" / "attempt-1"
+    status = json.loads((attempt_dir / "status.json").read_text())
+    assert status["state"] == "done" and status["attempt_id"] == env["RETRYSAFE_ATTEMPT_ID"]
+    summary = json.loads((attempt_dir.parent / "summary.json").read_text())
+    assert summary["accepted_attempt"] == "attempt-1" and summary["state"] == "done"
+
+
+def test_done_outcome_does_not_run_the_command_again(home: Home, tmp_path: Path) -> None:
+    """The second run of a done outcome says so, exits 0 and runs nothing."""
+    simple_job(home)
+    marker = tmp_path / "ran"
+    cmd = ["--", "sh", "-c", f"echo x >> {marker}"]
+    assert home.run("run", "report", "-p", "week=2026-W32", *cmd).returncode == 0
+    second = home.run("run", "report", "-p", "week=2026-W32", *cmd)
+    assert second.returncode == 0 and "already done" in second.stdout
+    assert marker.read_text() == "x\n"
+
+
+def test_different_cwd_same_ledger(home: Home, tmp_path: Path) -> None:
+    """The ledger follows the home, never the working directory."""
+    simple_job(home)
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    assert home.run("run", "report", "-p", "week=2026-W32", "--", "true", cwd=a).returncode == 0
+    again = home.run("run", "report", "-p", "week=2026-W32", "--", "false", cwd=b)
+    assert again.returncode == 0 and "already done" in again.stdout
+
+
+def test_failed_command_then_attempt_limit_blocks_until_retry(home: Home) -> None:
+    """Failures count attempts; past the limit: blocked, exit 3, and the unblock command."""
+    simple_job(home)
+    for n in range(3):
+        proc = home.run("run", "report", "-p", "week=2026-W01", "--", "false")
+        assert proc.returncode == 1 and proc.stdout.startswith("failed:"), n
+    blocked = home.run("run", "report", "-p", "week=2026-W01", "--", "true")
+    assert blocked.returncode == 3
+    assert "attempts exhausted" in blocked.stdout
+    assert "retrysafe retry report:2026-W01" in blocked.stdout
+    assert home.run("retry", "report:2026-W01").returncode == 0
+    assert home.run("run", "report", "-p", "week=2026-W01", "--", "true").returncode == 0
+
+
+def test_step_without_lookup_after_unknown_blocks_and_resolve_unblocks(home: Home) -> None:
+    """A message whose fate is unclear and cannot be looked up stops in blocked."""
+    simple_job(home)
+    script = "retrysafe step send --class message -- sh -c 'exit 9'"
+    first = home.run("run", "report", "-p", "week=2026-W02", "--", "sh", "-c",
+                     script.replace("retrysafe", f"{PY} -m retrysafe"))
+    assert first.returncode == 1 and first.stdout.startswith("unknown:")
+    ok_script = f"{PY} -m retrysafe step send --class message -- echo msg-1"
+    second = home.run("run", "report", "-p", "week=2026-W02", "--", "sh", "-c", ok_script)
+    assert second.returncode == 3
+    assert "resolve report:2026-W02 send" in second.stdout
+    assert home.run("resolve", "report:2026-W02", "send", "--absent").returncode == 0
+    third = home.run("run", "report", "-p", "week=2026-W02", "--", "sh", "-c", ok_script)
+    assert third.returncode == 0, third.stdout + third.stderr
+    status = json.loads(home.run("status", "report:2026-W02", "--json").stdout)
+    assert status["steps"][0]["evidence"] == "msg-1"
+
+
+def test_ambiguous_check_blocks_with_what_to_check(home: Home) -> None:
+    """A check that can't tell (exit 2) blocks instead of guessing."""
+    simple_job(home)
+    rs = f"{PY} -m retrysafe"
+    first = home.run("run", "report", "-p", "week=2026-W03", "--", "sh", "-c",
+                     f"{rs} step pub --class publish --check 'exit 2' -- sh -c 'exit 9'")
+    assert first.returncode == 1
+    second = home.run("run", "report", "-p", "week=2026-W03", "--", "sh", "-c",
+                      f"{rs} step pub --class publish --check 'echo two drafts >&2; exit 2' -- echo p1")
+    assert second.returncode == 3
+    assert "two drafts" in second.stdout and "resolve" in second.stdout
+
+
+def test_payment_needs_approval(home: Home, tmp_path: Path) -> None:
+    """Payments block awaiting approval; after approve the re-run pays once."""
+    simple_job(home)
+    paid = tmp_path / "paid"
+    script = f"{PY} -m retrysafe step charge --class payment -- sh -c 'echo c >> {paid}; echo ch_1'"
+    first = home.run("run", "report", "-p", "week=2026-W04", "--", "sh", "-c", script)
+    assert first.returncode == 3 and "approve report:2026-W04 charge" in first.stdout
+    assert not paid.exists()
+    assert home.run("approve", "report:2026-W04", "charge", "--note", "ok").returncode == 0
+    assert home.run("run", "report", "-p", "week=2026-W04", "--", "sh", "-c", script).returncode == 0
+    assert paid.read_text() == "c\n"
+
+
+def test_acceptance_checks_gate_done(home: Home) -> None:
+    """exit 0 is not done: a missing expected artifact or failing accept command keeps it open."""
+    simple_job(home, 'expected_artifacts = ["report.md"]\n        accept = ["grep -q OK report.md"]')
+    bad = home.run("run", "report", "-p", "week=2026-W05", "--", "sh", "-c",
+                   'echo nope > "$RETRYSAFE_ATTEMPT_DIR/report.md"')
+    assert bad.returncode == 1 and "acceptance check" in bad.stdout
+    none = home.run("run", "report", "-p", "week=2026-W05", "--", "true")
+    assert none.returncode == 1 and "expected artifact report.md" in none.stdout
+    good = home.run("run", "report", "-p", "week=2026-W05", "--", "sh", "-c",
+                    'echo OK > "$RETRYSAFE_ATTEMPT_DIR/report.md"')
+    assert good.returncode == 0, good.stdout
+    assert home.run("verify", "report:2026-W05").returncode == 0
+    os.remove(home.path / "runs/report/report+2026-W05/attempt-3/report.md")
+    failed = home.run("verify", "report:2026-W05")
+    assert failed.returncode == 1 and "expected artifact report.md" in failed.stdout
+
+
+def test_generate_is_frozen_across_attempts(pipeline: Pipeline) -> None:
+    """A later attempt reuses the accepted draft and never calls the generator again."""
+    first = pipeline.run(env={"EFFECT_FAIL": "publish"})
+    assert first.returncode == 1
+    assert pipeline.run().returncode == 0
+    assert pipeline.count("generator") == 1
+    draft = (pipeline.home.path / "runs/content/content+2026-W32/attempt-1/draft.md").read_text()
+    assert {draft.splitlines()[0]} == pipeline.bodies()
+
+
+def test_verify_detects_a_changed_artifact(pipeline: Pipeline) -> None:
+    """The parent verifies the child: an edited artifact fails verify."""
+    assert pipeline.run().returncode == 0
+    draft = pipeline.home.path / "runs/content/content+2026-W32/attempt-1/draft.md"
+    draft.write_text("tampered\n")
+    proc = pipeline.home.run("verify", pipeline.key)
+    assert proc.returncode == 1 and "changed" in proc.stdout
+
+
+def test_log_has_one_line_per_action(pipeline: Pipeline) -> None:
+    """log.jsonl: time, attempt id, step key, action, result for every action."""
+    assert pipeline.run().returncode == 0
+    log = pipeline.home.path / "runs/content/content+2026-W32/attempt-1/log.jsonl"
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert {"time", "attempt_id", "step_key", "action", "result"} <= set(lines[0])
+    actions = [(ln["step_key"].rsplit("/", 1)[-1], ln["action"]) for ln in lines]
+    for step in ("publish", "row", "notify"):
+        assert (step, "intent") in actions and (step, "record") in actions
+    assert lines[-1]["action"] == "closeout" and lines[-1]["result"] == "done"
+
+
+def test_status_ls_history_json(pipeline: Pipeline) -> None:
+    """Reading commands answer in JSON with the same facts."""
+    assert pipeline.run().returncode == 0
+    home = pipeline.home
+    listed = json.loads(home.run("ls", "--json").stdout)
+    assert [o["key"] for o in listed] == [pipeline.key]
+    assert json.loads(home.run("ls", "--state", "blocked", "--json").stdout) == []
+    hist = json.loads(home.run("history", pipeline.key, "--json").stdout)
+    assert hist[-1]["to_state"] == "done" and all("fence" in e for e in hist)
+    text = home.run("status", pipeline.key)
+    assert "state     done" in text.stdout and "publish" in text.stdout
+
+
+def test_job_add_and_jobs(home: Home) -> None:
+    """job add writes a validated job into the config; jobs lists it."""
+    add = home.run("job", "add", "weekly", "--key", "weekly:{week}", "--param", "week=isoweek")
+    assert add.returncode == 0, add.stderr
+    listed = json.loads(home.run("jobs", "--json").stdout)
+    assert listed["weekly"]["key"] == "weekly:{week}"
+    dup = home.run("job", "add", "weekly", "--key", "weekly:{week}", "--param", "week=isoweek")
+    assert dup.returncode == 2 and "--replace" in dup.stderr
+    assert home.run("run", "weekly", "-p", "week=2026-W10", "--", "true").returncode == 0
+
+
+def test_demo_runs(home: Home, tmp_path: Path) -> None:
+    """The README's first command works and shows each effect once."""
+    proc = home.run("demo", "--keep", str(tmp_path / "demo"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "one outcome, as intended" in proc.stdout
+    assert proc.stdout.count("once") == 4
