@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 
 import click
 
@@ -102,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_FAILED)
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
         if os.environ.get("RETRYSAFE_DEBUG"):
+            import traceback
+
             traceback.print_exc()
         click.echo(f"retrysafe: internal error: {type(exc).__name__}: {exc} "
                    "(set RETRYSAFE_DEBUG=1 for the traceback)", err=True)

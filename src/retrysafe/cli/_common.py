@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import getpass
 import json
 import socket
 import sys
@@ -64,6 +63,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 
 
 def actor() -> str:
+    import getpass  # imports termios: only human decisions record an actor
+
     return f"{getpass.getuser()}@{socket.gethostname()}"
 
 

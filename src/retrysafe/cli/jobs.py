@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import click
-import tomlkit
 
 from ..config import CONFIG_NAME, ensure_home, parse_job
 from ..errors import ConfigError, HomeNotWritable, InvalidInput
@@ -78,6 +77,8 @@ def add(name: str, template: str, params: tuple[str, ...], max_attempts: int | N
         text = ""
     except OSError as exc:
         raise ConfigError(f"config {path}: {exc.strerror or exc}") from None
+    import tomlkit  # only 'job add' edits TOML; keep it off every other command's start-up
+
     try:
         doc = tomlkit.parse(text)
     except Exception as exc:  # noqa: BLE001 - tomlkit raises several parse error types

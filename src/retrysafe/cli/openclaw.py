@@ -10,7 +10,6 @@ from pathlib import Path
 import click
 
 from ..errors import ConfigError
-from ..openclaw.skill import install_skill, skill_text
 from ._common import state
 
 __all__ = ["openclaw"]
@@ -56,6 +55,8 @@ def install_skill_command(workspace: Path | None, global_: bool, state_dir: Path
       retrysafe openclaw install-skill --workspace ~/.openclaw/workspace
       retrysafe openclaw install-skill --global
     """
+    from ..openclaw.skill import install_skill  # importlib.resources: not on every start-up
+
     path = install_skill(workspace, global_, state_dir)
     click.echo(f"installed: {path}")
     if shutil.which("retrysafe") is None:
@@ -70,6 +71,8 @@ def install_skill_command(workspace: Path | None, global_: bool, state_dir: Path
 @openclaw.command("show-skill")
 def show_skill() -> None:
     """Print the shipped SKILL.md."""
+    from ..openclaw.skill import skill_text
+
     click.echo(skill_text(), nl=False)
 
 
@@ -77,13 +80,16 @@ def _retrysafe_argv() -> list[str]:
     """An absolute way to call retrysafe: OpenClaw runs commands with a reset PATH."""
     found = shutil.which("retrysafe")
     if found:
-        return [str(Path(found).resolve())]
+        return [str(Path(found).absolute())]
+    beside = Path(sys.executable).parent / "retrysafe"  # a virtualenv not on PATH
+    if beside.is_file():
+        return [str(beside.absolute())]
     return [sys.executable, "-m", "retrysafe"]
 
 
 @openclaw.command(
     "cron-command",
-    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    context_settings={"ignore_unknown_options": True},
 )
 @click.argument("job_name", metavar="JOB")
 @click.option("--name", metavar="NAME", help="OpenClaw automation name (default: JOB).")
@@ -99,12 +105,14 @@ def cron_command(job_name: str, name: str | None, cmd: tuple[str, ...]) -> None:
     Example:
       retrysafe openclaw cron-command weekly-ops-report -- ./send-report.sh
     """
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise click.UsageError("give the command to run after '--'")
     engine = state().engine
     job = engine.config.job(job_name)
     if not job.schedule:
-        raise ConfigError(
-            f'job {job_name!r} has no schedule; add schedule = "..." to [jobs.{job_name}]'
-        )
+        raise ConfigError(f'job {job_name!r} has no schedule; add schedule = "..." to [jobs.{job_name}]')
     command = [
         *_retrysafe_argv(),
         "--home",

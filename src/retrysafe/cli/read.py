@@ -9,7 +9,6 @@ import click
 from ..engine import unblock_hint
 from ..errors import EXIT_DONE, EXIT_FAILED
 from ..folders import outcome_dir
-from ..verify import verify_outcome
 from ._common import emit_json, json_option, state, table, when
 
 
@@ -109,6 +108,8 @@ def verify(key: str, as_json: bool) -> None:
     Example:
       retrysafe verify weekly-ops-report:2026-W32
     """
+    from ..verify import verify_outcome
+
     checks = verify_outcome(state().engine, key)
     ok = all(c.ok for c in checks)
     if as_json:
