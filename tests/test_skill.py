@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -121,9 +122,7 @@ def test_malformed_front_matter_is_named(text: str, problem: str) -> None:
 
 def test_long_description_is_refused() -> None:
     """A description of 160 characters or more fails the check."""
-    text = skill_text().replace(
-        parse_front_matter(skill_text())[0]["description"], "x" * DESCRIPTION_LIMIT
-    )
+    text = skill_text().replace(parse_front_matter(skill_text())[0]["description"], "x" * DESCRIPTION_LIMIT)
     with pytest.raises(ValueError, match="description is 160 characters"):
         check_skill(text)
 
@@ -149,13 +148,9 @@ def test_install_global_uses_openclaw_state_dir(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / ".openclaw").mkdir(parents=True)
     assert openclaw_state_dir({"HOME": str(home)}) == home / ".openclaw"
-    assert openclaw_state_dir({"HOME": "/elsewhere", "OPENCLAW_HOME": str(home)}) == (
-        home / ".openclaw"
-    )
+    assert openclaw_state_dir({"HOME": "/elsewhere", "OPENCLAW_HOME": str(home)}) == (home / ".openclaw")
     # OpenClaw treats blank and "undefined" values as unset.
-    assert openclaw_state_dir({"OPENCLAW_STATE_DIR": "undefined", "HOME": str(home)}) == (
-        home / ".openclaw"
-    )
+    assert openclaw_state_dir({"OPENCLAW_STATE_DIR": "undefined", "HOME": str(home)}) == (home / ".openclaw")
     path = install_skill(None, True, None, env={"HOME": str(home)})
     assert path == home / ".openclaw" / "skills" / "retrysafe" / "SKILL.md"
 
@@ -259,3 +254,29 @@ def test_context_reads_openclaw_markers_but_never_credentials() -> None:
     assert openclaw_context({"OPENCLAW_SHELL": "exec"}).kind == "agent-exec"
     assert detect_context({"PATH": "/usr/bin"}) == {}
     assert secret not in repr(openclaw_context(job_env))
+
+
+def test_cron_command_line_uses_the_jobs_schedule_and_absolute_paths(tmp_path: Path) -> None:
+    """cron-command prints an 'openclaw cron add' line with the job's cron, zone and absolute paths."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "retrysafe.toml").write_text(
+        '[jobs.weekly-ops-report]\nkey = "weekly-ops-report:{occurrence}"\n'
+        'schedule = "0 7 * * 1"\ntz = "Europe/Warsaw"\nparams = { occurrence = "occurrence" }\n'
+        '[jobs.adhoc]\nkey = "adhoc:{week}"\nparams = { week = "isoweek" }\n'
+    )
+    env = {"RETRYSAFE_HOME": str(home)}
+    done = cli("openclaw", "cron-command", "weekly-ops-report", "--", "/srv/send.sh", "-v", env=env)
+    assert done.returncode == 0, done.stderr
+    argv = shlex.split(done.stdout)
+    assert argv[:3] == ["openclaw", "cron", "add"]
+    opts = dict(zip(argv[3::2], argv[4::2], strict=False))
+    assert opts["--cron"] == "0 7 * * 1" and opts["--tz"] == "Europe/Warsaw"
+    assert "--no-deliver" in argv
+    inner = shlex.split(argv[argv.index("--command") + 1])
+    assert Path(inner[0]).is_absolute()
+    assert inner[-7:] == ["--home", str(home), "run", "weekly-ops-report", "--", "/srv/send.sh", "-v"]
+
+    no_schedule = cli("openclaw", "cron-command", "adhoc", "--", "/srv/send.sh", env=env)
+    assert no_schedule.returncode == 2
+    assert "has no schedule" in no_schedule.stderr
