@@ -209,6 +209,15 @@ class FileConnector(ConnectorBase):
 
     # --- protocol ---------------------------------------------------------
 
+    def validate(self, payload: Payload) -> None:
+        """Check a payload without changing anything; raises :class:`InvalidInput`.
+
+        Lets the engine reject bad input before it records any intent.
+        """
+        source, _ = self._read_source(payload)
+        self._target("validate/only", payload, source.name)
+        self._overwrite(payload)
+
     def execute(self, step_key: str, payload: Payload) -> str:
         """Copy the source to the target; an identical target is already done."""
         source, digest = self._read_source(payload)

@@ -238,7 +238,14 @@ class GitCommitConnector(_GitBase):
             raise ConfigError(f"connector {name!r}: {exc.message}") from None
         return cls(name, allow_empty=allow_empty, **fields)
 
-    def execute(self, step_key: str, payload: Payload) -> str:
+    def validate(self, payload: Payload) -> None:
+        """Check a payload without changing anything; raises :class:`InvalidInput`.
+
+        Lets the engine reject bad input before it records any intent.
+        """
+        self._checked(payload)
+
+    def _checked(self, payload: Payload) -> tuple[Path, str, str, list[str]]:
         repo = self._repo(payload)
         branch = self._branch(repo, payload)
         message = payload.get("message")
@@ -246,6 +253,10 @@ class GitCommitConnector(_GitBase):
             raise InvalidInput(f"connector {self.name!r}: payload needs a 'message'")
         paths = _paths(payload.get("paths"))
         self._check_paths(repo, paths)
+        return repo, branch, message, paths
+
+    def execute(self, step_key: str, payload: Payload) -> str:
+        repo, branch, message, paths = self._checked(payload)
         current = _git(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).out.strip()
         if current != branch:
             # Switching branches under someone's work tree is not ours to do.
@@ -354,6 +365,16 @@ class GitPushConnector(_GitBase):
                 raise InvalidInput(f"{repo} has no branch {branch!r} with commits to push")
             sha = _git(repo, "rev-parse", branch).out.strip()
         return repo, remote, branch, str(sha)
+
+    def validate(self, payload: Payload) -> None:
+        """Check a payload without changing anything; raises :class:`InvalidInput`.
+
+        Lets the engine reject bad input before it records any intent.
+        """
+        repo = self._repo(payload)
+        self._branch(repo, payload)
+        if self._remote(repo) is None:
+            raise InvalidInput(f"{repo} has no remote 'origin'; set 'remote'")
 
     def execute(self, step_key: str, payload: Payload) -> str:
         repo, remote, branch, sha = self._target(payload)

@@ -231,6 +231,16 @@ class HttpConnector(ConnectorBase):
     def _client(self) -> httpx.Client:
         return httpx.Client(timeout=self.timeout, follow_redirects=False)
 
+    def validate(self, payload: Payload) -> None:
+        """Check a payload without changing anything; raises :class:`InvalidInput`.
+
+        Lets the engine reject bad input before it records any intent.
+        """
+        try:
+            json.dumps({**self.body, **payload})
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"connector {self.name!r}: payload is not JSON-serialisable: {exc}") from None
+
     def execute(self, step_key: str, payload: Payload) -> str:
         url = self._url(self.url, step_key)
         body = {**self.body, **payload}

@@ -200,6 +200,21 @@ class CsvTableConnector(ConnectorBase):
                 f"{self.path} has no column(s) {', '.join(unknown)} (columns: {', '.join(header)})"
             )
 
+    def validate(self, payload: Payload) -> None:
+        """Check a payload without changing anything; raises :class:`InvalidInput`.
+
+        Lets the engine reject bad input before it records any intent.
+        """
+        if not self.path.parent.is_dir():
+            raise InvalidInput(f"folder {self.path.parent} of {self.path} does not exist")
+        if self.key_column in payload:
+            raise InvalidInput(f"payload must not set the key column {self.key_column!r}")
+        with contextlib.suppress(EffectFailed), self._locked("shared"):
+            header, _ = self._read()
+            if header:
+                self._key_index(header)
+                self._check_payload(header, payload)
+
     def execute(self, step_key: str, payload: Payload) -> str:
         """Append the row; a row already holding this key is the effect, returned as is."""
         if not self.path.parent.is_dir():
@@ -445,6 +460,15 @@ class SqlTableConnector(ConnectorBase):
         return EffectFailed(f"{action} {self.table} failed, nothing was written: {text}")
 
     # --- protocol ---------------------------------------------------------------------
+
+    def validate(self, payload: Payload) -> None:
+        """Check a payload without changing anything; raises :class:`InvalidInput`.
+
+        Lets the engine reject bad input before it records any intent.
+        """
+        self._columns(payload)
+        if self.backend == "sqlite" and not self.sqlite_path.is_file():
+            raise InvalidInput(f"connector {self.name!r}: database file {self.sqlite_path} does not exist")
 
     def execute(self, step_key: str, payload: Payload) -> str:
         """INSERT the row; the unique key turns a repeat into the existing row's evidence."""

@@ -139,6 +139,12 @@ def test_bad_input_is_rejected_with_a_clear_error(artifact: Path, www: Path) -> 
         files({}).execute(KEY, {"source": str(artifact)})
     with pytest.raises(ConfigError, match="unknown field"):
         files({"targte": "/x"})
+    # validate() says the same before anything is recorded or written.
+    with pytest.raises(InvalidInput, match="payload needs 'source'"):
+        conn.validate({})
+    with pytest.raises(InvalidInput, match="payload 'overwrite' must be true or false"):
+        conn.validate({"source": str(artifact), "overwrite": "perhaps"})
+    conn.validate({"source": str(artifact)})
     assert list(www.iterdir()) == []
 
 

@@ -207,6 +207,14 @@ def test_bad_input_is_rejected_with_a_clear_error(repos: Any, tmp_path: Path) ->
         conn.execute(KEY, {"paths": "missing.md", "message": "Add"})
     with pytest.raises(ConfigError, match="unknown field"):
         committer(repos.work, remote_url="x")
+    # validate() says the same before anything is recorded or committed.
+    with pytest.raises(InvalidInput, match="does not exist"):
+        committer(tmp_path / "nowhere").validate(payload)
+    with pytest.raises(InvalidInput, match="not a file inside the repository"):
+        conn.validate({"paths": "../outside.md", "message": "Add"})
+    conn.validate({"paths": "a.md", "message": "Add"})
+    with pytest.raises(InvalidInput, match="no remote named 'backup'"):
+        pusher(repos.work, remote="backup").validate({})
     with pytest.raises(InvalidInput, match="no remote named 'backup'"):
         pusher(repos.work, remote="backup").execute(PUSH_KEY, {})
     with pytest.raises(InvalidInput, match="no commit"):

@@ -14,7 +14,7 @@ import pytest
 
 from retrysafe.connectors import ABSENT, Ambiguous, EffectFailed, Found, build_connector
 from retrysafe.connectors.http import HttpConnector
-from retrysafe.errors import ConfigError, ConnectorError
+from retrysafe.errors import ConfigError, ConnectorError, InvalidInput
 
 KEY = "weekly-report:2026-W32/notify"
 BODY = {"title": "Weekly report"}
@@ -187,6 +187,9 @@ def test_bad_configuration_is_rejected_before_any_request(api: Any, monkeypatch:
         http({"url": "http://[::1"})
     with pytest.raises(ConfigError, match="unknown field"):
         http({"url": "http://127.0.0.1/x", "evidence_feild": "id"})
+    with pytest.raises(InvalidInput, match="not JSON-serialisable"):
+        http(api.config("plain")).validate({"when": object()})
+    http(api.config("plain")).validate(BODY)
     monkeypatch.delenv("RS_TEST_API_TOKEN")
     with pytest.raises(ConfigError, match="RS_TEST_API_TOKEN is not set"):
         http(api.config("plain"))

@@ -131,6 +131,10 @@ def test_bad_input_is_rejected_with_a_clear_error(tmp_path: Path) -> None:
         conn.execute(KEY + "-b", {"title": "x", "colour": "red"})
     with pytest.raises(InvalidInput, match="must not set the key column"):
         conn.execute(KEY + "-c", {"retrysafe_key": "forged"})
+    # validate() says the same before anything is recorded or written.
+    with pytest.raises(InvalidInput, match=r"no column\(s\) colour"):
+        conn.validate({"title": "x", "colour": "red"})
+    conn.validate({"title": "x"})
     with pytest.raises(InvalidInput, match="does not exist"):
         sheet({"path": str(tmp_path / "missing" / "log.csv")}).execute(KEY, {"title": "x"})
     assert len(read(path)) == 2

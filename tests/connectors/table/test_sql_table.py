@@ -127,6 +127,12 @@ def test_bad_configuration_and_payload_are_rejected(tmp_path: Path) -> None:
     conn = build_connector("db", {"type": "sql", "url": f"sqlite:///{db}", "table": "t"})
     with pytest.raises(InvalidInput, match="not a plain identifier"):
         conn.execute(KEY, {"title; DROP TABLE t": "x"})
+    # validate() says the same before anything is recorded or written.
+    with pytest.raises(InvalidInput, match="not a plain identifier"):
+        conn.validate({"title; DROP TABLE t": "x"})
+    with pytest.raises(InvalidInput, match="does not exist"):
+        missing.validate({"title": "x"})
+    conn.validate({"title": "x"})
 
 
 @pytest.mark.postgres
