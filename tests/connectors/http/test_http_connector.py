@@ -157,7 +157,7 @@ def test_lookup_retries_transient_answers_with_backoff_then_gives_up(api: Any) -
     assert time.monotonic() - started < 5
 
 
-def test_lookup_answering_403_is_ambiguous(api: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lookup_answering_401_is_ambiguous(api: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """An unexpected lookup status (here 401, wrong token) blocks with a reason, not Absent."""
     monkeypatch.setenv("RS_TEST_API_TOKEN", "wrong")
     result = http(api.config("plain")).lookup(KEY, BODY)
