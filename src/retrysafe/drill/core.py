@@ -176,6 +176,12 @@ class Drill:
             report.problems.append("the clean run recorded no steps: the command must run its "
                                    "work through 'retrysafe step' and 'retrysafe generate'")
             return False
+        blind = [s.label for s in ctx.steps if s.is_effect and not ctx.counter.countable(s)]
+        if blind:
+            report.problems.extend(
+                f"step {label} has no --check command and no connector: the drill cannot "
+                "count its effects" for label in blind)
+            return False
         first.failures.clear()
         check_outcome(ctx, first.key, first)
         self.progress(f"[1/?] {CLEAN.label}: {first.verdict}")
@@ -195,10 +201,6 @@ class Drill:
         ledger = self.engine.ledger
         for step in ctx.steps:
             if not step.is_effect:
-                continue
-            if not ctx.counter.countable(step):
-                problems.append(f"step {step.label} has no --check command and no connector: "
-                                "the drill cannot count its effects")
                 continue
             try:
                 never = ctx.counter.seen(step, ctx.step_key(probe, step), probe)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..connectors import ConnectorBase, build_connector
-from ..connectors.base import Found
+from ..connectors.base import Ambiguous, Found
 from ..engine import Engine
 from .plan import StepInfo
 
@@ -58,10 +58,13 @@ class EffectCounter:
             conn = self._connector(step.connector)
             try:
                 count = conn.count(step_key)
-                found = conn.lookup(step_key, {}) if count else None
+                found = conn.lookup(step_key, {})
             except Exception as exc:  # any failure to ask is reported as the trial's failure
                 raise CountError(
                     f"connector {step.connector}: {type(exc).__name__}: {exc}") from exc
+            if isinstance(found, Ambiguous):
+                # e.g. several effects under one key: say so rather than count it as none
+                raise CountError(f"connector {step.connector}: {found.reason}")
             return Seen(count, found.evidence if isinstance(found, Found) else None)
         if step.check:
             return self._by_check(step.check, step_key, outcome_key)

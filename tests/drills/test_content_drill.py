@@ -1,0 +1,123 @@
+"""Drilling the content pipeline example (seed 002) against its real loopback targets."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from example_targets import BIN, CONTENT, ContentTargets, example_env, retrysafe
+
+OCCURRENCE = "2026-11-30T0900"
+
+
+def _drill(home: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return retrysafe("drill", "content-pipeline", "-p", f"occurrence={OCCURRENCE}",
+                     "-p", "target=blog", *args, "--", str(CONTENT / "pipeline.sh"),
+                     env=example_env(home), cwd=CONTENT, timeout=timeout)
+
+
+def _assert_once_everywhere(targets: ContentTargets, trials: list[dict[str, object]]) -> None:
+    counts = targets.counts()
+    for system, per_key in counts.items():
+        dupes = {k: n for k, n in per_key.items() if n != 1}
+        assert not dupes, f"{system} holds duplicates: {dupes}"
+    for trial in trials:
+        key = str(trial["outcome_key"])
+        for system, step in (("cms", "publish"), ("sheet", "sheet-row"), ("chat", "notify")):
+            assert counts[system].get(f"{key}/{step}") == 1, (system, key)
+
+
+def test_seed_scenarios_pass_and_every_effect_lands_once(
+        content_targets: ContentTargets, tmp_path: Path) -> None:
+    """--points seed: every named scenario ends done with one post, one row, one message."""
+    home = content_targets.home(tmp_path / "home")
+    report_file = tmp_path / "drill.json"
+    proc = _drill(home, "--points", "seed", "--json", str(report_file))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(report_file.read_text())
+    assert report["ok"] and report["summary"]["failed"] == 0
+    points = {(t["step"], t["point"]) for t in report["trials"]}
+    assert {("publish", "before-intent"), ("publish", "after-record"),
+            ("notify", "after-record"), ("publish", "failed"), ("publish", "cut"),
+            ("notify", "cut")} <= points
+    _assert_once_everywhere(content_targets, report["trials"])
+    assert "drill: [" in proc.stderr  # progress went to stderr
+    assert "12 passed, 0 failed" in proc.stdout
+
+
+def test_the_frozen_draft_is_the_one_published(content_targets: ContentTargets,
+                                               tmp_path: Path) -> None:
+    """After a crash between publish and record, the post holds the first accepted draft."""
+    home = content_targets.home(tmp_path / "home")
+    report_file = tmp_path / "drill.json"
+    proc = _drill(home, "--only", "publish:after-execute", "--only", "draft:after-record",
+                  "--json", str(report_file))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(report_file.read_text())
+    posts = {p["key"]: p for p in content_targets.state()["cms"]}
+    for trial in report["trials"]:
+        key = trial["outcome_key"]
+        status = json.loads(retrysafe("status", key, "--json", env=example_env(home)).stdout)
+        draft = next(s for s in status["steps"] if s["name"] == "draft")
+        assert posts[f"{key}/publish"]["body"] == Path(draft["artifact"]).read_text()
+
+
+def test_crash_points_of_publish_and_the_run_pass(content_targets: ContentTargets,
+                                                  tmp_path: Path) -> None:
+    """--points all, narrowed: publish at every crash point and the run's own points."""
+    home = content_targets.home(tmp_path / "home")
+    proc = _drill(home, "--only", "publish:*", "--only", "run:*")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for point in ("before-intent", "after-intent", "after-execute", "after-record",
+                  "after-begin", "before-closeout"):
+        assert point in proc.stdout
+    assert "8 passed, 0 failed" in proc.stdout
+
+
+@pytest.mark.slow
+def test_every_crash_point_passes(content_targets: ContentTargets, tmp_path: Path) -> None:
+    """--points all: every step at every crash point, and the run's points."""
+    home = content_targets.home(tmp_path / "home")
+    proc = _drill(home, timeout=1800)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "20 passed, 0 failed" in proc.stdout
+
+
+def test_ctrl_c_leaves_nothing_running_and_a_real_run_follows(
+        content_targets: ContentTargets, tmp_path: Path) -> None:
+    """SIGINT mid-drill: exit 130, no running step or active attempt, a real run then works."""
+    home = content_targets.home(tmp_path / "home")
+    env = example_env(home)
+    proc = subprocess.Popen(
+        [str(BIN / "retrysafe"), "drill", "content-pipeline", "-p", f"occurrence={OCCURRENCE}",
+         "-p", "target=blog", "--", str(CONTENT / "pipeline.sh")],
+        env=env, cwd=CONTENT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # wait until the crash trials have begun, then interrupt in the middle of one
+    deadline = time.monotonic() + 120
+    seen = ""
+    assert proc.stderr is not None
+    while "[3/" not in seen and time.monotonic() < deadline:
+        seen += proc.stderr.readline()
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + seen + err
+    assert "interrupted" in out
+    listing = json.loads(retrysafe("ls", "--json", env=env).stdout)
+    assert listing, "the drill recorded its trials"
+    for outcome in listing:
+        status = json.loads(retrysafe("status", outcome["key"], "--json", env=env).stdout)
+        assert all(s["state"] != "running" for s in status["steps"]), status
+        assert all(a["state"] != "active" for a in status["attempts"]), status
+        assert "~" in outcome["key"]  # trial outcomes never share a real run's key
+    real = retrysafe("run", "content-pipeline", "-p", f"occurrence={OCCURRENCE}",
+                     "-p", "target=blog", "--", str(CONTENT / "pipeline.sh"), env=env, cwd=CONTENT)
+    assert real.returncode == 0, real.stdout + real.stderr
+    key = f"content-pipeline:{OCCURRENCE}:blog"
+    counts = content_targets.counts()
+    assert counts["cms"][f"{key}/publish"] == 1
+    assert counts["chat"][f"{key}/notify"] == 1
