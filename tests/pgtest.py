@@ -50,6 +50,7 @@ __all__ = [
     "pg_admin_dsn",
     "pg_dsn",
     "pg_server_dsn",
+    "require_server",
     "with_database",
 ]
 
@@ -160,9 +161,8 @@ def _absent(reason: str) -> None:
     pytest.skip(f"no PostgreSQL: {reason}")
 
 
-@pytest.fixture(scope="session")
-def pg_admin_dsn() -> str:
-    """A server URL where the test may create databases (skip, or fail under CI)."""
+def require_server() -> str:
+    """:func:`pg_server_dsn`, or skip the test (fail it under ``CI=true``)."""
     dsn = pg_server_dsn()
     if dsn is None:
         _absent(why_no_server())
@@ -170,10 +170,19 @@ def pg_admin_dsn() -> str:
     return dsn
 
 
+# Both fixtures stand alone, so a conftest may import either without the other.
+
+
 @pytest.fixture(scope="session")
-def pg_dsn(pg_admin_dsn: str) -> Iterator[str]:
+def pg_admin_dsn() -> str:
+    """A server URL where the test may create databases (skip, or fail under CI)."""
+    return require_server()
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
     """The URL of a database of this test run's own, dropped at the end."""
-    with fresh_database(pg_admin_dsn) as dsn:
+    with fresh_database(require_server()) as dsn:
         yield dsn
 
 

@@ -2,9 +2,9 @@
 
 Opened deliberately:
 
-* a small connection pool (``psycopg_pool``), opened on first use, every
-  connection checked on checkout, so a server restart costs one failed check
-  instead of one failed transaction;
+* a small connection pool (``psycopg_pool``), opened on first use; a
+  connection that sat idle is checked on checkout, so a server restart
+  between jobs costs one failed check instead of one failed transaction;
 * ``READ COMMITTED`` transactions; rows that decide something are read with
   ``SELECT ... FOR UPDATE`` (:attr:`PostgresBackend.lock_clause`), so every
   writer of an outcome queues on that outcome's row;
@@ -30,11 +30,13 @@ twice, it is found already done or refused as stale.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import re
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -68,6 +70,8 @@ LOCK_TIMEOUT = "30s"
 IDLE_IN_TRANSACTION_TIMEOUT = "60s"
 """The server ends a session that sits inside a transaction this long (a frozen worker)."""
 POOL_MAX = 4
+CHECK_AFTER_IDLE = 1.0
+"""Seconds idle after which a pooled connection is pinged before use."""
 
 # SQLSTATE classes and codes meaning "try again later": the transaction was
 # rolled back by the server or never reached it.
@@ -94,6 +98,18 @@ _TRANSIENT_TEXT = (
     "not accepting connections",
     "administrator command",
 )
+
+
+_BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT extract(epoch FROM now()) AS now"
+
+
+def _rollback_quietly(conn: psycopg.Connection[Any]) -> None:
+    """End a failed transaction; on a broken connection the server already did."""
+    if conn.closed or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        return
+    # if the connection is gone, the pool discards it and the server rolled back
+    with contextlib.suppress(psycopg.Error):
+        conn.execute("ROLLBACK")
 
 
 @functools.lru_cache(maxsize=512)
@@ -126,18 +142,16 @@ def hide_password(url: str) -> str:
 
 
 class _PgTx(Tx):
-    """One transaction on one pooled connection."""
+    """Statements on one pooled connection (inside BEGIN/COMMIT for a write)."""
 
-    def __init__(self, conn: psycopg.Connection[DictRow]) -> None:
+    def __init__(self, conn: psycopg.Connection[DictRow], now: float | None = None) -> None:
         self.conn = conn
-        self._now: float | None = None
+        self._now = now
 
-    # The Tx contract: "the database's clock, read once at the start". now()
-    # *is* the time the transaction started, by the server's clock, whenever
-    # it is asked; fetching it on first use spares read-only transactions a
-    # round trip.
     @property
     def now(self) -> float:
+        # Write transactions read the clock with their BEGIN. Reads fetch it
+        # only if asked (most never do): now() is the statement's start there.
         if self._now is None:
             row = self.conn.execute("SELECT extract(epoch FROM now()) AS now").fetchone()
             assert row is not None
@@ -189,6 +203,8 @@ class PostgresBackend(Backend):
             self._kwargs["application_name"] = "retrysafe"
         self._pool: ConnectionPool[psycopg.Connection[DictRow]] | None = None
         self._lock = threading.Lock()
+        self._used: weakref.WeakKeyDictionary[psycopg.Connection[DictRow], float] = (
+            weakref.WeakKeyDictionary())
 
     # --- connections ------------------------------------------------------------
 
@@ -225,7 +241,7 @@ class PostgresBackend(Backend):
                 max_size=POOL_MAX,
                 open=False,
                 configure=self._configure,
-                check=ConnectionPool.check_connection,
+                check=self._check,
                 timeout=POOL_TIMEOUT,
                 name="retrysafe-ledger",
             )
@@ -251,26 +267,64 @@ class PostgresBackend(Backend):
         try:
             yield conn
         finally:
+            self._used[conn] = time.monotonic()
             # a broken connection is discarded here, a healthy one reused
             pool.putconn(conn)
+
+    def _check(self, conn: psycopg.Connection[DictRow]) -> None:
+        """Checkout check: a connection idle for a while is pinged first, so one
+        the server dropped (restart, idle timeout, a firewall) is replaced
+        quietly instead of failing a transaction. One returned moments ago is
+        trusted, as it just worked (the same bypass window other pools use)."""
+        if time.monotonic() - self._used.get(conn, 0.0) > CHECK_AFTER_IDLE:
+            ConnectionPool.check_connection(conn)
 
     # --- transactions -----------------------------------------------------------
 
     @contextmanager
     def transaction(self, write: bool = True) -> Iterator[Tx]:
-        """A ``READ COMMITTED`` transaction; ``write`` changes nothing here.
+        """A ``READ COMMITTED`` transaction.
 
         Writers serialize on the rows they lock (``FOR UPDATE``), not on a
         database-wide write lock as SQLite does.
         """
         with self._connection() as conn:
-            body_done = False
-            try:
-                with conn.transaction():
+            if not write:
+                # Under READ COMMITTED every statement takes its own snapshot,
+                # so statements inside BEGIN/COMMIT see no more consistent a
+                # picture than the same statements in autocommit: reads skip
+                # the two round trips.
+                try:
                     yield _PgTx(conn)
-                    body_done = True  # from here on, only the COMMIT can fail
+                except psycopg.Error as exc:
+                    raise self._translate(exc, in_commit=False) from None
+                return
+            try:
+                # One round trip opens the transaction and reads the server's
+                # clock: leases are judged by the database, never the worker.
+                cur = conn.execute(_BEGIN)
+                cur.nextset()
+                row = cur.fetchone()
+                assert row is not None
+                tx = _PgTx(conn, float(row["now"]))
             except psycopg.Error as exc:
-                raise self._translate(exc, in_commit=body_done) from None
+                _rollback_quietly(conn)
+                raise self._translate(exc, in_commit=False) from None
+            try:
+                yield tx
+            except BaseException as exc:
+                _rollback_quietly(conn)
+                if isinstance(exc, psycopg.Error):
+                    raise self._translate(exc, in_commit=False) from None
+                raise
+            try:
+                done = conn.execute("COMMIT").statusmessage
+            except psycopg.Error as exc:
+                _rollback_quietly(conn)
+                raise self._translate(exc, in_commit=True) from None
+            if done != "COMMIT":  # the server answers ROLLBACK for an aborted transaction
+                raise LedgerError(f"ledger {self._shown}: the transaction was rolled back "
+                                  "by the server; nothing was recorded")
 
     @contextmanager
     def migration_lock(self) -> Iterator[Tx]:
