@@ -248,6 +248,7 @@ class Case:
                 "state": out.state,
                 "attempts": [(a.number, a.result or a.state) for a in led.attempts(self.key)],
                 "steps": {s.name: (s.state, s.evidence, s.reason) for s in led.steps(self.key)},
+                "runners": [a.context.get("runner") for a in led.attempts(self.key)],
             }
         finally:
             engine.close()
@@ -312,6 +313,11 @@ def test_forced_run_twice_second_skips(gateway: Gateway, rs_home: Path) -> None:
     assert ledger["state"] == "done"
     assert ledger["attempts"] == [(1, "done")]
     assert ledger["steps"]["send"][:2] == ("done", "outbox-line-1")
+    # the attempt knows OpenClaw started it (and never holds the gateway token)
+    assert ledger["runners"] == ["openclaw:command"]
+    for path in case.home.rglob("*"):
+        if path.is_file():
+            assert gateway.token.encode() not in path.read_bytes(), path
 
 
 def test_two_automations_at_once_one_effect(gateway: Gateway, rs_home: Path) -> None:
