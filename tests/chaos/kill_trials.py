@@ -1,0 +1,180 @@
+"""SIGKILL at random moments during real runs of the content pipeline, then the audit.
+
+Each trial starts ``retrysafe run`` (in a process group of its own, so the
+kill takes the run, the pipeline script and any ``retrysafe step`` child at
+once), kills the group after a random delay, and re-runs until the outcome is
+done. Every fifth trial starts two runs of the same outcome at once, one of
+which is killed. Trials run a few at a time, so runs of different outcomes
+overlap too. The audit then reads the external systems and the ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from example_targets import BIN, CONTENT, ContentTargets, example_env
+
+OCCURRENCE = "2026-11-30T0900"
+MAX_RERUNS = 12
+MAX_DELAY = 5.0
+
+
+@dataclass
+class Figures:
+    """What a chaos run did and found; the audit fields must all be zero."""
+
+    backend: str
+    trials: int = 0
+    kills: int = 0
+    concurrent_pairs: int = 0
+    busy_answers: int = 0
+    reruns: int = 0
+    effects_checked: int = 0
+    duplicates: int = 0
+    missing_effects: int = 0
+    outcomes_lost: int = 0
+    outcomes_stuck: int = 0
+    torn_json: int = 0
+    verify_failed: int = 0
+    wrong_draft: int = 0
+    seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Chaos:
+    """A chaos run against one home (and ledger)."""
+
+    def __init__(self, targets: ContentTargets, home: Path, backend: str, seed: int) -> None:
+        self.targets = targets
+        self.home = home
+        self.env = example_env(home)
+        self.figures = Figures(backend)
+        self.random = random.Random(seed)
+        self.token = uuid.uuid4().hex[:6]
+        self.lock = threading.Lock()
+        self.keys: list[str] = []
+
+    def _popen(self, target: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [str(BIN / "retrysafe"), "run", "content-pipeline", "-p", f"occurrence={OCCURRENCE}",
+             "-p", f"target={target}", "--", str(CONTENT / "pipeline.sh")],
+            env=self.env, cwd=CONTENT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+
+    def _count(self, **delta: int) -> None:
+        with self.lock:
+            for name, n in delta.items():
+                setattr(self.figures, name, getattr(self.figures, name) + n)
+
+    def trial(self, i: int) -> None:
+        target = f"c{self.token}-{i}"
+        with self.lock:
+            delay = self.random.uniform(0, MAX_DELAY)
+            pair = i % 5 == 0
+            self.keys.append(f"content-pipeline:{OCCURRENCE}:{target}")
+        victim = self._popen(target)
+        twin = self._popen(target) if pair else None
+        time.sleep(delay)
+        if victim.poll() is None:
+            os.killpg(victim.pid, signal.SIGKILL)
+            self._count(kills=1)
+        victim.wait()
+        if twin is not None:
+            self._count(concurrent_pairs=1)
+            if twin.wait(timeout=300) == 75:
+                self._count(busy_answers=1)
+        for _ in range(MAX_RERUNS):
+            rc = self._popen(target).wait(timeout=300)
+            self._count(reruns=1)
+            if rc == 0:
+                break
+            if rc == 75:
+                self._count(busy_answers=1)
+                time.sleep(0.3)
+        self._count(trials=1)
+
+    def run(self, trials: int, workers: int = 3) -> Figures:
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(self.trial, range(trials)))
+        self.audit()
+        self.figures.seconds = round(time.monotonic() - started, 1)
+        return self.figures
+
+    # --- the audit ----------------------------------------------------------------
+
+    def audit(self) -> None:
+        from retrysafe.engine import Engine
+        from retrysafe.verify import verify_outcome
+
+        fig = self.figures
+        counts = self.targets.counts()
+        for system, per_key in counts.items():
+            for key, n in per_key.items():
+                if n > 1:
+                    fig.duplicates += n - 1
+                    fig.problems.append(f"{system}: {n} effects for {key}")
+        posts = {p["key"]: p for p in self.targets.state()["cms"]}
+        saved = dict(os.environ)
+        os.environ.update(self.env)
+        engine = Engine.open(self.home)
+        try:
+            for key in self.keys:
+                for system, step in (("cms", "publish"), ("sheet", "sheet-row"),
+                                     ("chat", "notify")):
+                    fig.effects_checked += 1
+                    if counts[system].get(f"{key}/{step}", 0) == 0:
+                        fig.missing_effects += 1
+                        fig.problems.append(f"{system}: no effect for {key}")
+                out = engine.ledger.outcome(key)
+                if out is None:
+                    fig.outcomes_lost += 1
+                    fig.problems.append(f"{key}: no outcome in the ledger")
+                    continue
+                if out.state != "done":
+                    fig.outcomes_stuck += 1
+                    fig.problems.append(f"{key}: {out.state} ({out.reason or 'no reason'})")
+                    continue
+                bad = [c for c in verify_outcome(engine, key) if not c.ok]
+                if bad:
+                    fig.verify_failed += 1
+                    fig.problems.append(f"{key}: verify: {bad[0].subject}: {bad[0].detail}")
+                draft = engine.ledger.step(f"{key}/draft")
+                post = posts.get(f"{key}/publish")
+                if draft is None or post is None or draft.artifact is None or \
+                        post["body"] != Path(draft.artifact).read_text():
+                    fig.wrong_draft += 1
+                    fig.problems.append(f"{key}: the published body is not the accepted draft")
+        finally:
+            engine.close()
+            os.environ.clear()
+            os.environ.update(saved)
+        for path in (self.home / "runs").rglob("*.json"):
+            try:
+                json.loads(path.read_text())
+            except (ValueError, OSError) as exc:
+                fig.torn_json += 1
+                fig.problems.append(f"{path}: {exc}")
+
+
+def write_figures(figures: Figures) -> None:
+    """Leave the figures where scripts/reliability-report collects them."""
+    folder = os.environ.get("RETRYSAFE_CHAOS_REPORT")
+    if folder:
+        path = Path(folder) / f"chaos-{figures.backend}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(figures.to_json(), indent=2) + "\n")

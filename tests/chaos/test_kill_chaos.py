@@ -1,0 +1,58 @@
+"""Random SIGKILLs of whole run process groups, on SQLite and PostgreSQL ledgers.
+
+The default test run does a small number of trials; the full counts (200 on
+SQLite, 100 on PostgreSQL) run through ``scripts/reliability-report``, which
+sets ``RETRYSAFE_CHAOS_TRIALS`` / ``RETRYSAFE_CHAOS_PG_TRIALS``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+from example_targets import ContentTargets
+from kill_trials import Chaos, Figures, write_figures
+
+SQLITE_TRIALS = int(os.environ.get("RETRYSAFE_CHAOS_TRIALS", "40"))
+PG_TRIALS = int(os.environ.get("RETRYSAFE_CHAOS_PG_TRIALS", "10"))
+
+
+def _assert_clean(fig: Figures, trials: int) -> None:
+    assert fig.trials == trials
+    assert fig.problems == [], "\n".join(fig.problems[:20])
+    assert (fig.duplicates, fig.missing_effects, fig.outcomes_lost, fig.outcomes_stuck,
+            fig.torn_json, fig.verify_failed, fig.wrong_draft) == (0, 0, 0, 0, 0, 0, 0)
+    assert fig.kills > 0, "the delays never caught a run alive: the chaos proved nothing"
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(7200)
+def test_random_kills_on_sqlite(content_targets: ContentTargets, tmp_path: Path) -> None:
+    """SIGKILL at random moments (and concurrent runs): no duplicate, no lost outcome."""
+    home = content_targets.home(tmp_path / "home")
+    seed = int(os.environ.get("RETRYSAFE_CHAOS_SEED", random.randrange(1 << 30)))
+    fig = Chaos(content_targets, home, "sqlite", seed).run(SQLITE_TRIALS)
+    write_figures(fig)
+    _assert_clean(fig, SQLITE_TRIALS)
+
+
+@pytest.mark.chaos
+@pytest.mark.postgres
+@pytest.mark.timeout(7200)
+def test_random_kills_on_postgres(content_targets: ContentTargets, tmp_path: Path,
+                                  pg_dsn: str) -> None:
+    """The same chaos with the ledger on PostgreSQL."""
+    from retrysafe.errors import ConfigError
+    from retrysafe.ledger import open_ledger
+
+    try:
+        open_ledger(pg_dsn).close()
+    except ConfigError as exc:
+        pytest.skip(f"no PostgreSQL ledger backend yet: {exc}")
+    home = content_targets.home(tmp_path / "home", ledger=pg_dsn)
+    seed = int(os.environ.get("RETRYSAFE_CHAOS_SEED", random.randrange(1 << 30)))
+    fig = Chaos(content_targets, home, "postgres", seed).run(PG_TRIALS)
+    write_figures(fig)
+    _assert_clean(fig, PG_TRIALS)
