@@ -1,0 +1,135 @@
+"""Turn ``bench/results/latest.json`` into Markdown (for the terminal and the docs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _fmt_rate(value: float) -> str:
+    return f"{value:,.0f}/s"
+
+
+def _ok(flag: bool) -> str:
+    return "meets target" if flag else "**misses target**"
+
+
+def summary_table(results: dict[str, Any]) -> list[str]:
+    """One row per measured figure: retrysafe, baseline, ratio, target."""
+    lines = [
+        "| benchmark | retrysafe | baseline | ratio | target | |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    sq = results.get("guarded_effect_sqlite")
+    if sq:
+        lines.append(
+            f"| guarded effect, SQLite (WAL, synchronous=FULL) | "
+            f"{_fmt_rate(sq['library_median'])} | {_fmt_rate(sq['baseline_median'])} "
+            f"(plain sqlite3) | {sq['ratio']:.2f} | >= {sq['target']} | "
+            f"{_ok(sq['meets_target'])} |"
+        )
+    pg = results.get("guarded_effect_postgres")
+    if pg and "concurrency" in pg:
+        for row in pg["concurrency"]:
+            lines.append(
+                f"| guarded effect, PostgreSQL, {row['workers']} worker process"
+                f"{'es' if row['workers'] > 1 else ''} | {_fmt_rate(row['library_median'])} | "
+                f"{_fmt_rate(row['baseline_median'])} (plain psycopg) | {row['ratio']:.2f} | "
+                f">= {pg['target']} | {_ok(row['meets_target'])} |"
+            )
+    elif pg:
+        lines.append(f"| guarded effect, PostgreSQL | - | - | - | >= 0.8 | "
+                     f"not run: {pg.get('skipped', '?')} |")
+    sk = results.get("skip_latency")
+    if sk:
+        lines.append(
+            f"| `retrysafe step` on a done step (wall time) | {sk['step_ms']:.1f} ms | "
+            f"{sk['bare_ms']:.1f} ms (`python -c pass`) | {sk['ratio']:.1f}x | "
+            f"< {sk['target']:g}x | {_ok(sk['meets_target'])} |"
+        )
+    return lines
+
+
+def anatomy_table(results: dict[str, Any]) -> list[str]:
+    sq = results.get("guarded_effect_sqlite") or {}
+    per = sq.get("per_effect")
+    if not per:
+        return []
+    lib, base = per["library"], per["baseline"]
+    labels = [
+        ("transactions", "transactions"),
+        ("read_transactions", "of which read-only"),
+        ("statements", "SQL statements (without BEGIN/COMMIT)"),
+        ("selects", "of which SELECT"),
+        ("writes", "of which INSERT/UPDATE"),
+        ("file_fsyncs", "fsync of files outside the database"),
+        ("durable_syncs", "durable syncs in all (WAL commits + fsyncs)"),
+    ]
+    lines = ["| per guarded effect (SQLite, counted) | retrysafe | plain sqlite3 |",
+             "|---|---:|---:|"]
+    for key, label in labels:
+        lines.append(f"| {label} | {lib[key]:g} | {base[key]:g} |")
+    return lines
+
+
+def import_table(results: dict[str, Any], top: int = 15) -> list[str]:
+    sk = results.get("skip_latency") or {}
+    rows = sk.get("import_profile") or []
+    if not rows:
+        return []
+    lines = ["| module (import tree depth) | cumulative | self |", "|---|---:|---:|"]
+    for row in rows[:top]:
+        name = "&nbsp;&nbsp;" * min(int(row["depth"]), 6) + f"`{row['module']}`"
+        lines.append(f"| {name} | {row['cumulative_ms']:.1f} ms | {row['self_ms']:.1f} ms |")
+    return lines
+
+
+def machine_line(results: dict[str, Any]) -> str:
+    m = results.get("machine", {})
+    return (f"Measured {results.get('measured_at', '?')} at commit "
+            f"`{results.get('commit', '?')}` on {m.get('cpus', '?')} CPU cores, "
+            f"{m.get('system', '?')}, {m.get('implementation', 'Python')} "
+            f"{m.get('python', '?')}, SQLite {m.get('sqlite', '?')}"
+            + (f", PostgreSQL {results['guarded_effect_postgres']['server_version']} on the "
+               "same machine"
+               if "server_version" in results.get("guarded_effect_postgres", {}) else "")
+            + ".")
+
+
+def details(results: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    sq = results.get("guarded_effect_sqlite")
+    if sq:
+        out.append(f"SQLite: medians of {sq['rounds']} alternating rounds of "
+                   f"{sq['effects_per_round']} effects per side; per round, retrysafe "
+                   + ", ".join(f"{v:,.0f}" for v in sq["library_per_s"]) + "/s and sqlite3 "
+                   + ", ".join(f"{v:,.0f}" for v in sq["baseline_per_s"]) + "/s. "
+                   "The ratio is the median of the per-round ratios (each round's two sides "
+                   f"ran back to back); the ratio of the medians is {sq['ratio_of_medians']:.2f}.")
+    pg = results.get("guarded_effect_postgres")
+    if pg and "concurrency" in pg:
+        out.append(f"PostgreSQL (synchronous_commit={pg['synchronous_commit']}, "
+                   f"fsync={pg['fsync']}): medians of {pg['rounds']} alternating rounds; "
+                   "throughput is all workers' effects over the time from the first worker's "
+                   "start to the last one's end; "
+                   + "; ".join(f"{r['workers']} worker(s) x {r['effects_per_worker']} effects"
+                               for r in pg["concurrency"]) + ".")
+    sk = results.get("skip_latency")
+    if sk:
+        out.append(f"Skip: medians of {sk['runs']} interleaved runs each, {sk['bytecode']} "
+                   f"bytecode; `python -c \"import retrysafe.cli\"` alone took "
+                   f"{sk['imports_ms']:.1f} ms.")
+    return out
+
+
+def markdown(results: dict[str, Any], *, with_profiles: bool = True) -> str:
+    parts = [machine_line(results), "", *summary_table(results), ""]
+    parts += [f"- {line}" for line in details(results)]
+    if with_profiles:
+        anat = anatomy_table(results)
+        if anat:
+            parts += ["", *anat]
+        imp = import_table(results)
+        if imp:
+            parts += ["", "Import time of `retrysafe step` (median of 5 runs, "
+                      "`python -X importtime`, largest first):", "", *imp]
+    return "\n".join(parts) + "\n"
