@@ -34,8 +34,17 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
     dsn: str = request.getfixturevalue("pg_dsn")
-    from retrysafe.ledger import open_ledger
+    from retrysafe.ledger import open_backend, open_ledger
+    from retrysafe.ledger.migrations import SCHEMA_VERSION
 
+    backend = open_backend(dsn)
+    try:
+        with backend.transaction() as tx:
+            if tx.one("SELECT to_regclass('rs_schema') AS t")["t"]:  # type: ignore[index]
+                # a test may have left a "future" schema row behind
+                tx.run("DELETE FROM rs_schema WHERE version > ?", (SCHEMA_VERSION,))
+    finally:
+        backend.close()
     with open_ledger(dsn) as ledger, ledger.backend.transaction() as tx:
         for table in ("rs_events", "rs_steps", "rs_attempts", "rs_outcomes"):
             tx.run(f"DELETE FROM {table}")

@@ -240,8 +240,13 @@ class Run:
             return f"retrysafe approve {self.key} {name}"
         return f"retrysafe resolve {self.key} {name} --found EVIDENCE | --absent"
 
-    def _block(self, name: str, item: str | None, step: StepRecord | None, reason: str,
+    def block(self, name: str, item: str | None, step: StepRecord | None, reason: str,
                unblock: str, *, approval: bool = False, **fields: Any) -> StepBlocked:
+        """Record the step as ``blocked`` with ``reason``; returns the error to raise.
+
+        ``step`` is the step as last read (``None`` if it does not exist yet), so a
+        concurrent change is refused rather than overwritten.
+        """
         skey = self._step_key(name, item)
         expect = [step.state if step else None]
         self.ledger.move_step(self._attempt(), skey, _S.BLOCKED, name=name, item=item or "",
@@ -344,6 +349,9 @@ class Run:
         check_name("step", name)
         if connector is not None:
             data: Mapping[str, Any] = payload or {}
+            validate = getattr(connector, "validate", None)
+            if validate is not None:
+                validate(data)  # bad input is refused before anything is recorded
             effect_class = effect_class or connector.effect_class
             conn = connector
             execute = execute or (lambda skey: conn.execute(skey, data))
@@ -391,10 +399,10 @@ class Run:
                 self.settle_found(name, result.evidence, item=item)
                 return result.evidence
             if isinstance(result, Ambiguous):
-                raise self._block(name, item, step, f"lookup is ambiguous: {result.reason}",
+                raise self.block(name, item, step, f"lookup is ambiguous: {result.reason}",
                                   f"retrysafe resolve {self.key} {name} --found EVIDENCE | --absent")
             if not authoritative and policy_for(cls, self.job.classes).on_unknown != OnUnknown.REEXECUTE:
-                raise self._block(
+                raise self.block(
                     name, item, step,
                     f"the lookup found nothing, but it cannot prove {skey} never happened",
                     f"retrysafe resolve {self.key} {name} --found EVIDENCE | --absent")
@@ -402,7 +410,7 @@ class Run:
             step = self.ledger.step(skey)
             decision = self.decide(name, cls, item=item, looked_up=True)
         elif decision.action == "lookup":
-            raise self._block(
+            raise self.block(
                 name, item, step,
                 f"{name} may have happened ({step.reason if step else 'unknown'}) and there is no "
                 f"lookup to tell: check the external system for {skey}",
@@ -412,7 +420,7 @@ class Run:
                 raise StepBlocked(f"step {name} of {self.key} is blocked: {decision.reason}; "
                                   f"to unblock: {decision.unblock}", key=self.key, step=name,
                                   unblock=decision.unblock)
-            raise self._block(name, item, step, decision.reason, decision.unblock,
+            raise self.block(name, item, step, decision.reason, decision.unblock,
                               approval=decision.reason.startswith("awaiting approval"),
                               effect_class=str(cls))
         self.intent(name, cls, item=item, check=check, connector=connector_name,
@@ -423,6 +431,10 @@ class Run:
             self.mark_failed(name, str(exc), item=item)
             raise StepFailed(f"step {name} of {self.key} failed: {exc}", key=self.key,
                              step=name, state=_S.FAILED) from None
+        except InvalidInput as exc:
+            # refused before the external call: nothing happened
+            self.mark_failed(name, f"invalid input: {exc}", item=item)
+            raise
         except BaseException as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             # the ledger may be the thing that failed; the running row says unknown anyway

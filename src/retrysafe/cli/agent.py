@@ -118,7 +118,7 @@ def _persist_block(
             step=step,
             unblock=decision.unblock,
         )
-    return run._block(  # the phase the library's effect() uses for the same case
+    return run.block(  # the phase the library's effect() uses for the same case
         step,
         item,
         record,
@@ -471,7 +471,7 @@ def block(key: str, step_name: str, reason: str, item: str | None, attempt_id: s
             step=step_name,
             state=step.state,
         )
-    raise run._block(
+    raise run.block(
         step_name,
         item,
         step,

@@ -108,6 +108,11 @@ class ConnectorBase:
     def lookup(self, step_key: str, payload: Payload) -> LookupResult:
         raise NotImplementedError
 
+    def validate(self, payload: Payload) -> None:
+        """Check the payload without touching the external system; raise
+        :class:`~retrysafe.errors.InvalidInput` when it cannot be sent. The engine
+        calls this before recording any intent, so bad input changes nothing."""
+
     def verify(self, step_key: str, evidence: str) -> bool:
         """Does the stored evidence still hold? Default: a fresh lookup finds it."""
         result = self.lookup(step_key, {})

@@ -446,6 +446,16 @@ class Ledger:
                         f"outcome {out.key} cannot be done: step {s['name']} is {s['state']}",
                         key=out.key, step=s["name"], state=s["state"],
                     )
+            # a step still running when its attempt ends can only be unknown now
+            for row in tx.rows(
+                "SELECT step_key FROM rs_steps WHERE outcome_key = ? AND state = ? AND attempt_id = ?",
+                (out.key, _S.RUNNING.value, attempt.id),
+            ):
+                why = f"attempt {attempt.number} finished while this step was running"
+                tx.run("UPDATE rs_steps SET state = ?, reason = ?, updated_at = ? WHERE step_key = ?",
+                       (_S.UNKNOWN.value, why, tx.now, row["step_key"]))
+                self._log(tx, out.key, kind="step", step_key=row["step_key"], frm=_S.RUNNING,
+                          to=_S.UNKNOWN, attempt=attempt, reason=why)
             tx.run(
                 "UPDATE rs_attempts SET state = ?, result = ?, ended_at = ? WHERE id = ?",
                 (AttemptState.FINISHED.value, state, tx.now, attempt.id),
@@ -658,6 +668,15 @@ class Ledger:
                 raise Busy(f"step {step.name} of {key} is running in a live attempt; wait for it",
                            key=key, step=step.name, state=step.state)
             to = _S.DONE if found is not None else _S.PLANNED
+            frm = step.state
+            if frm == _S.RUNNING:
+                # its attempt is gone: the step is unknown before a human settles it
+                self._log(tx, key, kind="step", step_key=step.step_key, frm=frm, to=_S.UNKNOWN,
+                          actor=actor, reason="its attempt is gone")
+                frm = _S.UNKNOWN
+            if not can_move(STEP_TRANSITIONS, frm, to):
+                raise InvalidInput(f"step {step.name} of {key} is {frm}; it cannot be resolved",
+                                   key=key, step=step.name, state=frm)
             reason = f"resolved by {actor}: " + ("found" if found is not None else "absent")
             if note:
                 reason += f" ({note})"
@@ -667,7 +686,7 @@ class Ledger:
                 (to.value, found if found is not None else step.evidence, reason, tx.now,
                  step.step_key),
             )
-            self._log(tx, key, kind="step", step_key=step.step_key, frm=step.state, to=to,
+            self._log(tx, key, kind="step", step_key=step.step_key, frm=frm, to=to,
                       actor=actor, reason=reason)
             self._reopen_if_unblocked(tx, out, actor, f"step {step.name} resolved")
             got = self._lock_step(tx, step.step_key)
