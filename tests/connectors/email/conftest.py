@@ -53,9 +53,7 @@ HERE = Path(__file__).resolve().parent
 
 def pytest_configure(config: pytest.Config) -> None:
     # The plain test listener takes AUTH without TLS on purpose (loopback only).
-    config.addinivalue_line(
-        "filterwarnings", "ignore:Requiring AUTH while not requiring TLS:UserWarning"
-    )
+    config.addinivalue_line("filterwarnings", "ignore:Requiring AUTH while not requiring TLS:UserWarning")
 
 
 def free_port() -> int:

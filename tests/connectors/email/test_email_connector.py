@@ -55,9 +55,7 @@ def sent_copies(mail: MailServers, message_id: str) -> list[Any]:
 # --- the normal send ---------------------------------------------------------------
 
 
-def test_send_delivers_one_message_with_the_step_keys_message_id(
-    mail: MailServers, step_key: str
-) -> None:
+def test_send_delivers_one_message_with_the_step_keys_message_id(mail: MailServers, step_key: str) -> None:
     """One send: one message in the recipient's mailbox, Message-ID derived from the key,
     the Sent copy flagged sent, and lookup/verify/count all see it."""
     conn = connector(mail)
@@ -90,16 +88,12 @@ def test_body_file_is_sent_as_the_body(mail: MailServers, step_key: str, tmp_pat
     """``body_file`` sends the file's text (a frozen artifact), not its name."""
     draft = tmp_path / "draft.txt"
     draft.write_text("Semaine 32 : tout est vert ✓\n", encoding="utf-8")
-    evidence = connector(mail).execute(
-        step_key, {"to": [ALICE], "subject": "S32", "body_file": str(draft)}
-    )
+    evidence = connector(mail).execute(step_key, {"to": [ALICE], "subject": "S32", "body_file": str(draft)})
     [received] = mail.delivered("alice", evidence)
     assert received.get_content() == "Semaine 32 : tout est vert ✓\n"
 
 
-def test_keys_that_prefix_each_other_are_different_messages(
-    mail: MailServers, step_key: str
-) -> None:
+def test_keys_that_prefix_each_other_are_different_messages(mail: MailServers, step_key: str) -> None:
     """IMAP header search matches substrings: ``.../send`` must not find ``.../send/item``."""
     conn = connector(mail)
     conn.execute(f"{step_key}/item-1", payload())
@@ -127,9 +121,7 @@ def test_crash_after_the_smtp_send_is_ambiguous_and_says_what_to_check(
 
     with_mailbox = connector(mail, recipient_imap=mail.recipient())
     assert with_mailbox.lookup(step_key, {}) == Found(message_id, {"folder": "recipient mailbox"})
-    assert rerun(with_mailbox, step_key, payload()) == Found(
-        message_id, {"folder": "recipient mailbox"}
-    )
+    assert rerun(with_mailbox, step_key, payload()) == Found(message_id, {"folder": "recipient mailbox"})
     assert len(mail.delivered("alice", message_id)) == 1
     assert with_mailbox.count(step_key) == 1
 
@@ -226,9 +218,7 @@ def test_wrong_password_fails_definitely_and_the_fix_sends_once(
     assert len(sent_copies(mail, evidence)) == 1
 
 
-def test_refused_recipient_fails_definitely_and_sends_to_nobody(
-    mail: MailServers, step_key: str
-) -> None:
+def test_refused_recipient_fails_definitely_and_sends_to_nobody(mail: MailServers, step_key: str) -> None:
     """A recipient refused with 5xx before DATA: EffectFailed naming it; the accepted
     recipients get nothing either, and lookup says absent."""
     conn = connector(mail)
@@ -240,9 +230,7 @@ def test_refused_recipient_fails_definitely_and_sends_to_nobody(
     assert conn.lookup(step_key, {}) == ABSENT
 
 
-def test_unreachable_servers_fail_definitely_and_file_nothing(
-    mail: MailServers, step_key: str
-) -> None:
+def test_unreachable_servers_fail_definitely_and_file_nothing(mail: MailServers, step_key: str) -> None:
     """Nothing listening: EffectFailed saying which server, nothing filed or sent."""
     closed = {"host": "127.0.0.1", "port": mail.closed_port, "security": "none"}
     with pytest.raises(EffectFailed, match=r"cannot connect to imap 127\.0\.0\.1:\d+"):

@@ -138,9 +138,7 @@ class EmailConnector(ConnectorBase):
             # No UIDPLUS: find the copy just filed.
             copies = _live(sent_box.find(folder, message.message_id, None, readonly=False))
         except (ImapFailure, OSError, EOFError) as exc:
-            raise EffectFailed(
-                f"could not file the pending copy: {exc}; nothing was sent"
-            ) from None
+            raise EffectFailed(f"could not file the pending copy: {exc}; nothing was sent") from None
         return [c.uid for c in copies]
 
     def _send(
@@ -160,8 +158,7 @@ class EmailConnector(ConnectorBase):
             raise EffectFailed(f"{self._prefix(step_key)}{exc}; nothing was sent") from None
         except SendUnknown as exc:
             raise ConnectorError(
-                f"{self._prefix(step_key)}{exc}; it may have been sent, "
-                "a lookup will check the Sent folder",
+                f"{self._prefix(step_key)}{exc}; it may have been sent, a lookup will check the Sent folder",
                 step=step_key,
             ) from exc
         log.info("%s: sent %s (%s)", step_key, message.message_id, reply)
@@ -278,9 +275,7 @@ class EmailConnector(ConnectorBase):
                 # The folder is created by the first pending copy: no folder, no copy.
                 return []
             except ImapFailure as exc:
-                raise ConnectorError(
-                    f"cannot search the Sent folder: {exc}", step=step_key
-                ) from None
+                raise ConnectorError(f"cannot search the Sent folder: {exc}", step=step_key) from None
 
     def _in_recipient_mailbox(self, message_id: str) -> bool:
         if self.settings.recipient is None:

@@ -36,8 +36,7 @@ FAILED = "$RetrysafeFailed"
 """The send failed definitely; the copy is only left if the server cannot expunge it."""
 
 _FETCH_ITEMS = (
-    "(UID FLAGS INTERNALDATE "
-    f"BODY.PEEK[HEADER.FIELDS (MESSAGE-ID {KEY_HEADER.upper()} TO CC SUBJECT)])"
+    f"(UID FLAGS INTERNALDATE BODY.PEEK[HEADER.FIELDS (MESSAGE-ID {KEY_HEADER.upper()} TO CC SUBJECT)])"
 )
 _UID = re.compile(rb"\bUID (\d+)")
 _APPENDUID = re.compile(rb"\[APPENDUID \d+ (\d+)\]")
@@ -103,9 +102,7 @@ class Mailbox:
             copy = _parse_copy(item[0], item[1])
             if copy is None:
                 continue
-            if copy.message_id == message_id or (
-                step_key is not None and copy.step_key == step_key
-            ):
+            if copy.message_id == message_id or (step_key is not None and copy.step_key == step_key):
                 copies.append(copy)
         return copies
 
@@ -184,8 +181,7 @@ def _parse_copy(meta: bytes, header_bytes: bytes) -> Copy | None:
     recipients = frozenset(
         addr.lower()
         for _, addr in getaddresses(
-            [str(v) for v in headers.get_all("To", [])]
-            + [str(v) for v in headers.get_all("Cc", [])]
+            [str(v) for v in headers.get_all("To", [])] + [str(v) for v in headers.get_all("Cc", [])]
         )
         if addr
     )

@@ -123,9 +123,7 @@ def _body(payload: Mapping[str, Any]) -> str:
     except FileNotFoundError:
         raise InvalidInput(f"email payload: body_file {str(body_file)!r} does not exist") from None
     except UnicodeDecodeError:
-        raise InvalidInput(
-            f"email payload: body_file {str(body_file)!r} is not UTF-8 text"
-        ) from None
+        raise InvalidInput(f"email payload: body_file {str(body_file)!r} is not UTF-8 text") from None
     except OSError as exc:
         raise InvalidInput(
             f"email payload: body_file {str(body_file)!r} cannot be read: {exc.strerror}"

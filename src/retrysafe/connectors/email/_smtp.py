@@ -44,9 +44,7 @@ def _envelope(server: ServerSettings, client: smtplib.SMTP, message: OutgoingMes
     try:
         code, reply = client.mail(message.envelope_from)
         if code != 250:
-            raise SendRefused(
-                f"{where} refused sender {message.envelope_from}: {code} {_text(reply)}"
-            )
+            raise SendRefused(f"{where} refused sender {message.envelope_from}: {code} {_text(reply)}")
         refused = []
         for recipient in message.recipients:
             code, reply = client.rcpt(recipient)

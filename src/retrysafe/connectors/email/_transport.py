@@ -82,8 +82,7 @@ def open_smtp(server: ServerSettings, password: str) -> smtplib.SMTP:
     except smtplib.SMTPNotSupportedError as exc:
         _close_smtp(client)
         raise ServerRefused(
-            f"{server.describe()} does not offer what is needed ({_reason(exc)}); "
-            "check 'security' and 'port'"
+            f"{server.describe()} does not offer what is needed ({_reason(exc)}); check 'security' and 'port'"
         ) from None
     except (OSError, smtplib.SMTPException) as exc:
         _close_smtp(client)
