@@ -46,6 +46,7 @@ from psycopg.conninfo import conninfo_to_dict
 __all__ = [
     "LOCAL_DSN",
     "ThrowawayServer",
+    "absent",
     "fresh_database",
     "pg_admin_dsn",
     "pg_dsn",
@@ -155,7 +156,8 @@ def fresh_database(admin_dsn: str) -> Iterator[str]:
                 sql.Identifier(name)))
 
 
-def _absent(reason: str) -> None:
+def absent(reason: str) -> None:
+    """Skip the test, or fail it under ``CI=true`` where PostgreSQL must be present."""
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"PostgreSQL tests must run in CI, but: {reason}", pytrace=False)
     pytest.skip(f"no PostgreSQL: {reason}")
@@ -165,7 +167,7 @@ def require_server() -> str:
     """:func:`pg_server_dsn`, or skip the test (fail it under ``CI=true``)."""
     dsn = pg_server_dsn()
     if dsn is None:
-        _absent(why_no_server())
+        absent(why_no_server())
     assert dsn is not None
     return dsn
 
@@ -230,9 +232,14 @@ def _free_port() -> int:
 
 class ThrowawayServer:
     """A PostgreSQL server in a temporary folder, on a loopback TCP port, that a
-    test owns: it may stop, crash and start it. ``close`` deletes everything."""
+    test owns: it may stop, crash and start it. ``close`` deletes everything.
 
-    def __init__(self) -> None:
+    With ``password_auth`` TCP connections must give a password (SCRAM); the
+    superuser still connects without one through :attr:`admin_dsn` (the
+    server's Unix socket).
+    """
+
+    def __init__(self, *, password_auth: bool = False) -> None:
         bindir = _bin_dir()
         if bindir is None:
             raise RuntimeError("no PostgreSQL server binaries (initdb, pg_ctl) found")
@@ -245,9 +252,12 @@ class ThrowawayServer:
         if self.user:
             entry = pwd.getpwnam(self.user)
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
-        self._pg(["initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                  "--encoding=UTF8", "--no-sync"])
+        host_auth = "scram-sha-256" if password_auth else "trust"
+        self._pg(["initdb", "-D", str(self.data), "-U", "postgres", "--auth-local=trust",
+                  f"--auth-host={host_auth}", "--encoding=UTF8", "--no-sync"])
         self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self.admin_dsn = (f"postgresql://postgres@/postgres?host={quote(str(self.root))}"
+                          f"&port={self.port}")
 
     def _pg(self, argv: list[str], timeout: float = 60) -> None:
         argv = [str(self.bindir / argv[0]), *argv[1:]]
@@ -263,7 +273,7 @@ class ThrowawayServer:
         self._pg(["pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w",
                   "-t", "60", "-o", opts, "start"])
         deadline = time.monotonic() + 30
-        while _reachable(self.dsn, timeout=2) is not None:
+        while _reachable(self.admin_dsn, timeout=2) is not None:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"server on port {self.port} did not come up")
             time.sleep(0.2)

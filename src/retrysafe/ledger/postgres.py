@@ -40,7 +40,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -85,6 +85,7 @@ _AUTH_TEXT = (
     "authentication failed",
     "no pg_hba.conf entry",
     "password is required",
+    "no password supplied",
     "role \"",
     "permission denied for database",
 )
@@ -141,6 +142,22 @@ def hide_password(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def _passwords(url: str) -> set[str]:
+    """Every spelling of the URL's password, to scrub from messages."""
+    found: set[str] = set()
+    try:
+        parts = urlsplit(url)
+        userinfo = parts.netloc.rpartition("@")[0]
+        if ":" in userinfo:
+            found.add(userinfo.split(":", 1)[1])
+        found.update(v for k, v in parse_qsl(parts.query, keep_blank_values=True)
+                     if k == "password")
+    except ValueError:
+        pass
+    found |= {unquote(p) for p in found}
+    return {p for p in found if p}
+
+
 class _PgTx(Tx):
     """Statements on one pooled connection (inside BEGIN/COMMIT for a write)."""
 
@@ -190,12 +207,14 @@ class PostgresBackend(Backend):
     def __init__(self, url: str) -> None:
         self.url = url
         self._shown = hide_password(url)
+        self._secrets = _passwords(url)
         try:
             params = conninfo_to_dict(url)
         except psycopg.ProgrammingError as exc:
             raise LedgerError(f"ledger URL {self._shown} is not valid: "
                               f"{self._scrub(str(exc))}") from None
-        self._secret = str(params.get("password") or "")
+        if params.get("password"):
+            self._secrets.add(str(params["password"]))
         self._kwargs: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in params:
             self._kwargs["connect_timeout"] = CONNECT_TIMEOUT
@@ -340,10 +359,10 @@ class PostgresBackend(Backend):
     # --- errors -----------------------------------------------------------------
 
     def _scrub(self, text: str) -> str:
-        text = _one_line(text)
-        if self._secret:
-            text = text.replace(self._secret, "***")
-        return text.replace(self.url, self._shown)
+        text = _one_line(text).replace(self.url, self._shown)
+        for secret in sorted(self._secrets, key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return text
 
     def _translate_connect(self, exc: psycopg.Error) -> LedgerError:
         """A failure to connect, told by what the server or the network said."""

@@ -1,0 +1,204 @@
+"""The PostgreSQL backend on its own: errors as one line, hidden passwords, lost
+connections, concurrent migrations and claims, all against real servers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+from pgrace import worker_env
+from pgtest import ThrowawayServer, _free_port, fresh_database, with_database
+
+from retrysafe.errors import (
+    EXIT_BUSY,
+    EXIT_USAGE,
+    LedgerAuthError,
+    LedgerError,
+    LedgerUnavailable,
+)
+from retrysafe.ledger import Holder, open_ledger
+from retrysafe.ledger.migrations import SCHEMA_VERSION
+from retrysafe.ledger.postgres import PostgresBackend, hide_password
+
+pytestmark = pytest.mark.postgres
+
+SECRET = "s3cr3t-Pa55"
+
+
+def cli(home: Path, ledger: str, *args: str, env: dict[str, str] | None = None,
+        ) -> subprocess.CompletedProcess[str]:
+    full = {**worker_env(), "RETRYSAFE_HOME": str(home), "RETRYSAFE_LEDGER": ledger,
+            **(env or {})}
+    return subprocess.run([sys.executable, "-m", "retrysafe", *args], env=full,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_display_url_hides_the_password() -> None:
+    """A password in the URL, in the user part or as a parameter, is never shown."""
+    assert hide_password("postgresql://u:pw@db:5432/x") == "postgresql://u:***@db:5432/x"
+    assert "pw" not in hide_password("postgres://u@db/x?password=pw&sslmode=require")
+    assert hide_password("postgresql://u@db/x") == "postgresql://u@db/x"
+    backend = PostgresBackend("postgresql://u:pw@127.0.0.1:1/x")
+    assert "pw" not in backend.display_url()
+    with pytest.raises(LedgerError) as err:  # not valid percent-encoding: still not echoed
+        PostgresBackend("postgresql://u:bad%zzpass@127.0.0.1:1/x")
+    assert "zzpass" not in str(err.value)
+
+
+def test_unreachable_server_is_unavailable_with_exit_75(tmp_path: Path) -> None:
+    """Nothing listening: LedgerUnavailable (exit 75, try later), one line, no traceback."""
+    url = f"postgresql://nobody:{SECRET}@127.0.0.1:{_free_port()}/ledger"
+    with pytest.raises(LedgerUnavailable) as err:
+        open_ledger(url)
+    assert "unreachable" in str(err.value) and SECRET not in str(err.value)
+    assert "\n" not in str(err.value)
+    proc = cli(tmp_path / "home", url, "status", "job:1")
+    assert proc.returncode == EXIT_BUSY, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("retrysafe: ledger ")
+    assert SECRET not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _worker_role(server: ThrowawayServer) -> None:
+    with psycopg.connect(server.admin_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE worker LOGIN PASSWORD '{SECRET}'")
+        conn.execute("CREATE DATABASE ledger OWNER worker")
+
+
+def test_wrong_password_is_an_auth_error_with_exit_2(password_server: ThrowawayServer,
+                                                     tmp_path: Path) -> None:
+    """Refused credentials: LedgerAuthError (exit 2), and the password is not echoed."""
+    _worker_role(password_server)
+    url = f"postgresql://worker:wrong-{SECRET}@127.0.0.1:{password_server.port}/ledger"
+    with pytest.raises(LedgerAuthError) as err:
+        open_ledger(url)
+    assert "credentials" in str(err.value) and SECRET not in str(err.value)
+    proc = cli(tmp_path / "home", url, "status", "job:1")
+    assert proc.returncode == EXIT_USAGE, proc.stderr
+    assert proc.stderr.count("\n") == 1 and SECRET not in proc.stderr
+
+
+def test_password_from_pgpassword_works_and_stays_hidden(password_server: ThrowawayServer,
+                                                          tmp_path: Path) -> None:
+    """The password comes from PGPASSWORD, not the URL; doctor shows URL, schema, server."""
+    _worker_role(password_server)
+    url = f"postgresql://worker@127.0.0.1:{password_server.port}/ledger"
+    proc = cli(tmp_path / "home", url, "doctor", "--json", env={"PGPASSWORD": SECRET})
+    assert proc.returncode == 0, proc.stderr
+    assert SECRET not in proc.stdout
+    assert f'"schema_version": {SCHEMA_VERSION}' in proc.stdout
+    assert '"server_version"' in proc.stdout and '"database": "ledger"' in proc.stdout
+    shown = cli(tmp_path / "home", f"postgresql://worker:{SECRET}@127.0.0.1:"
+                f"{password_server.port}/ledger", "doctor")
+    assert shown.returncode == 0 and SECRET not in shown.stdout + shown.stderr
+    assert "worker:***@" in shown.stdout
+
+
+def test_missing_database_is_a_usage_error(pg_admin_dsn: str, tmp_path: Path) -> None:
+    """A database that does not exist: LedgerError (exit 2) naming it, not 'unavailable'."""
+    url = with_database(pg_admin_dsn, "rs_no_such_database")
+    with pytest.raises(LedgerError) as err:
+        open_ledger(url)
+    assert not isinstance(err.value, LedgerUnavailable)
+    assert "does not exist" in str(err.value)
+    assert cli(tmp_path / "home", url, "status", "job:1").returncode == EXIT_USAGE
+
+
+def test_connection_lost_mid_transaction_rolls_back(pg_db: str) -> None:
+    """A session killed inside a transaction: LedgerUnavailable, nothing half-written,
+    and the next transaction gets a fresh connection."""
+    backend = PostgresBackend(pg_db)
+    try:
+        with backend.transaction() as tx:
+            tx.run("CREATE TABLE probe (v TEXT)")
+        with pytest.raises(LedgerUnavailable, match="nothing was recorded"), \
+                backend.transaction() as tx:
+            tx.run("INSERT INTO probe (v) VALUES (?)", ("half",))
+            pid = tx.rows("SELECT pg_backend_pid() AS pid")[0]["pid"]
+            with psycopg.connect(pg_db, autocommit=True) as killer:
+                killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            tx.run("INSERT INTO probe (v) VALUES (?)", ("other half",))
+        with backend.transaction(write=False) as tx:
+            assert tx.rows("SELECT v FROM probe") == []
+    finally:
+        backend.close()
+
+
+def test_percent_and_question_marks_in_values_pass_through(pg_db: str) -> None:
+    """Placeholders are rewritten without touching values: '%' and '?' survive."""
+    with open_ledger(pg_db) as ledger:
+        c = ledger.claim("odd:100%?", job="odd", params={"q": "50%?x"},
+                         holder=Holder("h", None), lease_seconds=30, max_attempts=3)
+        assert c.status == "started"
+        got = ledger.require_outcome("odd:100%?")
+        assert got.params == {"q": "50%?x"}
+
+
+def test_lease_times_come_from_the_server_clock(pg_db: str) -> None:
+    """Lease expiry is stamped by the database clock, whatever this host's clock says."""
+    with open_ledger(pg_db) as ledger:
+        c = ledger.claim("clock:1", job="clock", params={}, holder=Holder("h", None),
+                         lease_seconds=60, max_attempts=3)
+        assert c.attempt is not None
+        with psycopg.connect(pg_db) as conn:
+            row = conn.execute("SELECT extract(epoch FROM now())").fetchone()
+        assert row is not None
+        server_now = float(row[0])
+        assert abs(c.attempt.started_at - server_now) < 5
+        assert c.attempt.lease_expires == pytest.approx(c.attempt.started_at + 60)
+        assert ledger.backend.health()["isolation"] == "read committed"
+
+
+def test_workers_migrating_a_fresh_database_at_once_all_succeed(pg_admin_dsn: str) -> None:
+    """Sixteen processes opening an empty database together: one migrates, none fails."""
+    script = textwrap.dedent("""
+        import sys
+        from retrysafe.ledger import open_ledger
+        with open_ledger(sys.argv[1]) as led:
+            print(led.schema_version())
+    """)
+    with fresh_database(pg_admin_dsn) as url:
+        procs = [subprocess.Popen([sys.executable, "-c", script, url], env=worker_env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(16)]
+        outs = [p.communicate(timeout=120) for p in procs]
+        assert [p.returncode for p in procs] == [0] * 16, [e for _o, e in outs]
+        assert {o.strip() for o, _e in outs} == {str(SCHEMA_VERSION)}
+        with psycopg.connect(url) as conn:
+            rows = conn.execute("SELECT version FROM rs_schema ORDER BY version").fetchall()
+        assert [r[0] for r in rows] == list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_32_concurrent_claims_of_a_new_outcome_start_exactly_one_attempt(pg_db: str) -> None:
+    """INSERT ... ON CONFLICT DO NOTHING then SELECT ... FOR UPDATE, under READ COMMITTED:
+    32 claimers on separate connections racing for a key nobody has seen: one wins."""
+    open_ledger(pg_db).close()
+    results: list[str] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(32)
+
+    def claim(i: int) -> None:
+        try:
+            with open_ledger(pg_db) as ledger:
+                ledger.schema_version()  # connected before the barrier
+                start.wait()
+                c = ledger.claim("fresh:1", job="fresh", params={}, holder=Holder(f"h{i}", None),
+                                 lease_seconds=60, max_attempts=5)
+                results.append(c.status)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert sorted(results) == ["busy"] * 31 + ["started"]
+    with open_ledger(pg_db) as ledger:
+        assert [a.number for a in ledger.attempts("fresh:1")] == [1]
+        assert ledger.require_outcome("fresh:1").fence == 1
