@@ -1,0 +1,33 @@
+"""Every command is documented: a heading in docs/cli.md and an example in its help."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pytest
+
+from retrysafe.cli import cli
+
+DOC = (Path(__file__).parent.parent / "docs" / "cli.md").read_text()
+COMMANDS = sorted(cli.commands)
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_command_has_a_section_in_docs_cli(name: str) -> None:
+    """docs/cli.md has a '### retrysafe NAME' heading for each command."""
+    assert f"### retrysafe {name}\n" in DOC
+
+
+@pytest.mark.parametrize("name", [n for n in COMMANDS if not isinstance(cli.commands[n], click.Group)])
+def test_command_help_has_a_docstring(name: str) -> None:
+    """Each command explains itself in --help."""
+    assert (cli.commands[name].help or "").strip()
+
+
+def test_readme_names_the_two_commands_and_ci_runs_the_test_one() -> None:
+    """The README's test command is what CI runs."""
+    root = Path(__file__).parent.parent
+    readme = (root / "README.md").read_text()
+    assert "scripts/demo" in readme and "scripts/test" in readme
+    assert "exec scripts/test" in (root / ".ci" / "run").read_text()
