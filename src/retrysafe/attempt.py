@@ -361,12 +361,10 @@ class Run:
         cls = parse_class(str(effect_class))
         skey = self._step_key(name, item)
         fp = fingerprint(payload) if payload is not None else None
-        if self.read_only:
-            return self._recorded(name, skey)
         step = self.ledger.step(skey)
         if fp and step is not None and step.fingerprint and step.fingerprint != fp:
-            if not (allow_update and connector is not None and connector.updatable
-                    and step.state == _S.DONE):
+            if self.read_only or not (allow_update and connector is not None and connector.updatable
+                                      and step.state == _S.DONE):
                 raise PayloadMismatch(
                     f"step {name} of {self.key} was recorded with a different payload; "
                     "use a new step name or item"
@@ -375,11 +373,14 @@ class Run:
                     key=self.key, step=name, state=step.state)
             assert connector is not None and payload is not None
             evidence = connector.update(skey, payload)
+            crash_point(name, "after-execute")
             self.ledger.move_step(self._attempt(), skey, _S.DONE, name=name, item=item or "",
                                   expect=[_S.DONE], evidence=evidence, fingerprint=fp,
                                   reason="updated in place")
             self._log(skey, "update", "done", evidence=evidence)
             return evidence
+        if self.read_only:
+            return (step.evidence or "") if step else ""
         decision = self.decide(name, cls, item=item, has_lookup=lookup is not None)
         if decision.action == "skip":
             self._log(skey, "check", "skip", evidence=decision.evidence)
@@ -449,10 +450,6 @@ class Run:
         crash_point(name, "after-execute")
         self.record(name, evidence, item=item)
         return evidence
-
-    def _recorded(self, name: str, skey: str) -> str:
-        step = self.ledger.step(skey)
-        return (step.evidence or "") if step else ""
 
     # --- generate steps ------------------------------------------------------------
 

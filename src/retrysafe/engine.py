@@ -103,6 +103,12 @@ class Engine:
             self._ledger.close()
             self._ledger = None
 
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def outcome_key(
         self, job: str, params: Mapping[str, str], now: datetime | None = None
     ) -> tuple[Job, str, dict[str, str]]:

@@ -1,0 +1,144 @@
+"""The Python API: the same guarantees as the CLI, from library code."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+import retrysafe
+from retrysafe import ABSENT, Ambiguous, EffectFailed, Found
+from retrysafe.errors import (
+    ApprovalRequired,
+    AttemptsExhausted,
+    Busy,
+    PayloadMismatch,
+    StepBlocked,
+    StepFailed,
+    StepUnknown,
+)
+
+CONFIG = """
+[jobs.report]
+key = "report:{week}"
+params = { week = "isoweek" }
+max_attempts = 3
+"""
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    (tmp_path / "retrysafe.toml").write_text(CONFIG)
+    return tmp_path
+
+
+class Outbox:
+    """A tiny external system: sent messages by step key."""
+
+    def __init__(self) -> None:
+        self.sent: dict[str, str] = {}
+        self.ids = itertools.count(1)
+
+    def send(self, key: str) -> str:
+        self.sent[key] = f"msg-{next(self.ids)}"
+        return self.sent[key]
+
+    def lookup(self, key: str) -> Found | type[ABSENT]:  # type: ignore[valid-type]
+        return Found(self.sent[key]) if key in self.sent else ABSENT
+
+
+def test_effect_once_and_done_is_read_only(home: Path) -> None:
+    """A second start of a done outcome executes nothing and returns the evidence."""
+    box = Outbox()
+    with retrysafe.start("report", {"week": "2026-W32"}, home=home) as run:
+        draft = run.generate("draft", lambda p: p.write_text("hello"))
+        assert draft.read_text() == "hello"
+        assert run.effect("send", "message", execute=box.send, lookup=box.lookup) == "msg-1"
+    with retrysafe.start("report", {"week": "2026-W32"}, home=home) as again:
+        assert again.read_only
+        assert again.effect("send", "message", execute=box.send) == "msg-1"
+    assert box.sent == {"report:2026-W32/send": "msg-1"}
+
+
+def test_unknown_effect_is_looked_up_not_repeated(home: Path) -> None:
+    """A timeout after the provider accepted: the next attempt finds it by lookup."""
+    box = Outbox()
+
+    def send_then_time_out(key: str) -> str:
+        box.send(key)
+        raise TimeoutError("no answer")
+
+    with pytest.raises(StepUnknown), retrysafe.start("report", {"week": "2026-W01"}, home=home) as run:
+        run.effect("send", "message", execute=send_then_time_out, lookup=box.lookup)
+    with retrysafe.start("report", {"week": "2026-W01"}, home=home) as run:
+        assert run.effect("send", "message", execute=box.send, lookup=box.lookup) == "msg-1"
+    assert len(box.sent) == 1
+
+
+def test_ambiguous_lookup_blocks_and_resolve_continues(home: Path) -> None:
+    """Ambiguity stops the run; a human's resolve lets it finish."""
+    def explode(key: str) -> str:
+        raise ConnectionError("dropped")
+
+    with pytest.raises(StepUnknown), retrysafe.start("report", {"week": "2026-W02"}, home=home) as run:
+        run.effect("post", "publish", execute=explode, lookup=lambda k: ABSENT)
+    with pytest.raises(StepBlocked) as err, retrysafe.start("report", {"week": "2026-W02"}, home=home) as run:
+        run.effect("post", "publish", execute=explode, lookup=lambda k: Ambiguous("two drafts titled X"))
+    assert err.value.unblock and "resolve report:2026-W02 post" in err.value.unblock
+    with retrysafe.Engine.open(home) as engine:
+        engine.ledger.resolve("report:2026-W02", "post", found="post-9", actor="ops")
+    with retrysafe.start("report", {"week": "2026-W02"}, home=home) as run:
+        assert run.effect("post", "publish", execute=explode) == "post-9"
+
+
+def test_definite_failure_and_attempt_limit(home: Path) -> None:
+    """EffectFailed is failed (retried next attempt); past the limit the outcome blocks."""
+    def refuse(key: str) -> str:
+        raise EffectFailed("403 forbidden")
+
+    for _ in range(3):
+        with pytest.raises(StepFailed), retrysafe.start("report", {"week": "2026-W03"}, home=home) as run:
+            run.effect("post", "publish", execute=refuse)
+    with pytest.raises(AttemptsExhausted), retrysafe.start("report", {"week": "2026-W03"}, home=home):
+        pass
+
+
+def test_payment_waits_for_approval(home: Path) -> None:
+    """payment needs an approval record before execute is ever called."""
+    calls: list[str] = []
+    with pytest.raises(ApprovalRequired), retrysafe.start("report", {"week": "2026-W04"}, home=home) as run:
+        run.effect("charge", "payment", execute=lambda k: calls.append(k) or "ch_1")
+    assert calls == []
+
+
+def test_payload_change_is_refused(home: Path) -> None:
+    """The same step key with a different payload is an error, not a silent second effect."""
+    from retrysafe.connectors.base import ConnectorBase
+
+    class Sink(ConnectorBase):
+        effect_class = "publish"
+
+        def __init__(self) -> None:
+            self.rows: dict[str, dict[str, str]] = {}
+
+        def execute(self, step_key, payload):  # type: ignore[no-untyped-def]
+            self.rows[step_key] = dict(payload)
+            return step_key
+
+        def lookup(self, step_key, payload):  # type: ignore[no-untyped-def]
+            return Found(step_key) if step_key in self.rows else ABSENT
+
+    sink = Sink()
+    with retrysafe.start("report", {"week": "2026-W05"}, home=home) as run:
+        run.effect("row", connector=sink, payload={"title": "a"})
+    with pytest.raises(PayloadMismatch), retrysafe.start("report", {"week": "2026-W05"}, home=home) as run:
+        # the outcome is done: a different payload is still refused
+        run.effect("row", connector=sink, payload={"title": "b"})
+
+
+def test_busy_while_another_attempt_holds_the_lease(home: Path) -> None:
+    """A second start inside a live attempt of the same outcome is Busy."""
+    with retrysafe.start("report", {"week": "2026-W06"}, home=home), pytest.raises(Busy):
+        with retrysafe.start("report", {"week": "2026-W06"}, home=home):
+            pass
