@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Home
+from support import Home
 
 KEY = "weekly:2026-W32"
 

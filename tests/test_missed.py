@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import Home
+from support import Home
 
 
 @pytest.fixture

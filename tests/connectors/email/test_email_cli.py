@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DOMAIN, PASSWORD, PASSWORD_ENV, SLOW_RECIPIENT, MailServers, child_env
+from mailservers import DOMAIN, PASSWORD, PASSWORD_ENV, SLOW_RECIPIENT, MailServers, child_env
 
 from retrysafe.connectors.email import message_id_for
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DOMAIN, PASSWORD, PASSWORD_ENV, SLOW_RECIPIENT, MailServers, run_child
+from mailservers import DOMAIN, PASSWORD, PASSWORD_ENV, SLOW_RECIPIENT, MailServers, run_child
 
 from retrysafe.connectors import build_connector
 from retrysafe.connectors.base import ABSENT, Absent, Ambiguous, EffectFailed, Found
