@@ -3,9 +3,10 @@
 
 import json
 import sys
+from pathlib import Path
 
 kind, draft = sys.argv[1], sys.argv[2]
-text = open(draft, encoding="utf-8").read()
+text = Path(draft).read_text(encoding="utf-8")
 title = text.splitlines()[0].lstrip("# ").strip()
 if kind == "post":
     payload = {"title": title, "body": text}

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 key = os.environ["RETRYSAFE_OUTCOME_KEY"]
 status = json.loads(subprocess.run(["retrysafe", "status", key, "--json"], capture_output=True,
@@ -20,5 +21,5 @@ if report is None or send is None:
 if not (send["evidence"] or "").startswith("<"):
     sys.exit(f"no Message-ID recorded for the send step: {send['evidence']!r}")
 week = key.split(":", 1)[1].split("~", 1)[0]
-if f"# Weekly ops report {week}" not in open(report["artifact"], encoding="utf-8").read():
+if f"# Weekly ops report {week}" not in Path(report["artifact"]).read_text(encoding="utf-8"):
     sys.exit(f"the accepted report is not the report of {week}")

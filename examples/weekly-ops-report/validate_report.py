@@ -3,8 +3,9 @@
 
 import os
 import sys
+from pathlib import Path
 
-text = open(os.environ["RETRYSAFE_OUTPUT"], encoding="utf-8").read()
+text = Path(os.environ["RETRYSAFE_OUTPUT"]).read_text(encoding="utf-8")
 ok = text.startswith("# Weekly ops report ") and all(
     label in text for label in ("deploys:", "incidents:", "p95 latency:"))
 sys.exit(0 if ok else 1)
