@@ -1,4 +1,4 @@
-"""Fixtures for the file connector: a child process that publishes and may be SIGKILLed."""
+"""Fixtures shared by the connector tests."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-SERVERS = Path(__file__).resolve().parents[1] / "servers"
+SERVERS = Path(__file__).resolve().parent / "servers"
 
 
 @pytest.fixture
