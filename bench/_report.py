@@ -71,6 +71,27 @@ def anatomy_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def pg_anatomy_table(results: dict[str, Any]) -> list[str]:
+    pg = results.get("guarded_effect_postgres") or {}
+    per = pg.get("per_effect")
+    if not per:
+        return []
+    lib, base = per["library"], per["baseline"]
+    labels = [
+        ("round_trips", "round trips to the server (statements + BEGIN/COMMIT)"),
+        ("transactions", "transactions"),
+        ("statements", "SQL statements (without BEGIN/COMMIT)"),
+        ("selects", "of which SELECT"),
+        ("writes", "of which INSERT/UPDATE"),
+        ("file_fsyncs", "fsync of local files"),
+    ]
+    lines = ["| per guarded effect (PostgreSQL, counted) | retrysafe | plain psycopg |",
+             "|---|---:|---:|"]
+    for key, label in labels:
+        lines.append(f"| {label} | {lib[key]:g} | {base[key]:g} |")
+    return lines
+
+
 def import_table(results: dict[str, Any], top: int = 15) -> list[str]:
     sk = results.get("skip_latency") or {}
     rows = sk.get("import_profile") or []
@@ -125,9 +146,9 @@ def markdown(results: dict[str, Any], *, with_profiles: bool = True) -> str:
     parts = [machine_line(results), "", *summary_table(results), ""]
     parts += [f"- {line}" for line in details(results)]
     if with_profiles:
-        anat = anatomy_table(results)
-        if anat:
-            parts += ["", *anat]
+        for anat in (anatomy_table(results), pg_anatomy_table(results)):
+            if anat:
+                parts += ["", *anat]
         imp = import_table(results)
         if imp:
             parts += ["", "Import time of `retrysafe step` (median of 5 runs, "

@@ -30,7 +30,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
@@ -185,7 +186,26 @@ class _Counter:
             # SQLite syncs its WAL once per write commit (synchronous=FULL)
             "durable_syncs": k.get("BEGIN IMMEDIATE", 0.0) + self.fsyncs / n,
             "file_fsyncs": self.fsyncs / n,
+            # on a client/server database every statement, BEGIN and COMMIT is a round trip
+            "round_trips": sum(k.values()),
         }
+
+
+@contextmanager
+def _counting_fsyncs(counting: list[_Counter]) -> Iterator[None]:
+    """Count ``os.fsync`` calls (the attempt log's appends) into ``counting[0]``."""
+    real_fsync = os.fsync
+
+    def fsync(fd: Any) -> None:
+        if counting:
+            counting[0].fsyncs += 1
+        real_fsync(fd)
+
+    os.fsync = fsync  # fsio calls os.fsync through the module attribute
+    try:
+        yield
+    finally:
+        os.fsync = real_fsync
 
 
 def anatomy(n: int, workdir: Path) -> dict[str, dict[str, float]]:
@@ -195,19 +215,13 @@ def anatomy(n: int, workdir: Path) -> dict[str, dict[str, float]]:
     connection runs; ``os.fsync`` is wrapped to count the syncs of files
     outside the database (SQLite's own WAL syncs are one per write commit).
     """
-    real_fsync = os.fsync
+    stack = ExitStack()
     lib, base = _Counter(), _Counter()
     home = Path(tempfile.mkdtemp(prefix="lib-", dir=workdir))
     (home / "retrysafe.toml").write_text(CONFIG, "utf-8")
     counting: list[_Counter] = []
-
-    def fsync(fd: Any) -> None:
-        if counting:
-            counting[0].fsyncs += 1
-        real_fsync(fd)
-
-    os.fsync = fsync  # the attempt log's appends call os.fsync through the module
     try:
+        stack.enter_context(_counting_fsyncs(counting))
         with retrysafe.start("bench", {"run": "r"}, home=home, heartbeat=False) as run:
             run.effect("warm", "local_write", execute=_execute)
             backend: Any = run.engine.ledger.backend
@@ -236,7 +250,7 @@ def anatomy(n: int, workdir: Path) -> dict[str, dict[str, float]]:
         counting.clear()
         bconn.close()
     finally:
-        os.fsync = real_fsync
+        stack.close()
         shutil.rmtree(home, ignore_errors=True)
     return {"library": lib.per_effect(n), "baseline": base.per_effect(n)}
 
@@ -325,6 +339,68 @@ def _concurrent(target: Callable[..., None], args_for: Callable[[int], tuple[Any
     return workers * n / (end - start)
 
 
+def pg_anatomy(url: str, home: Path, n: int = 30) -> dict[str, dict[str, float]]:
+    """Per effect on PostgreSQL: statements by kind, transactions, round trips.
+
+    Counted by wrapping psycopg's ``Connection.execute``, ``transaction`` and
+    ``commit`` in this process: each statement is a round trip, each
+    transaction adds two (BEGIN and COMMIT).
+    """
+    import psycopg
+
+    lib, base = _Counter(), _Counter()
+    counting: list[_Counter] = []
+    real_execute = psycopg.Connection.execute
+    real_transaction = psycopg.Connection.transaction
+    real_commit = psycopg.Connection.commit
+
+    def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if counting:
+            counting[0].statement(str(query) if isinstance(query, str) else "COMPOSED")
+        return real_execute(self, query, *args, **kwargs)
+
+    def transaction(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if counting:
+            counting[0].statement("BEGIN")
+            counting[0].statement("COMMIT")
+        return real_transaction(self, *args, **kwargs)
+
+    def commit(self: Any) -> None:
+        if counting:
+            counting[0].statement("BEGIN")  # psycopg sent it before the first statement
+            counting[0].statement("COMMIT")
+        real_commit(self)
+
+    patched: Any = psycopg.Connection
+    patched.execute, patched.transaction, patched.commit = execute, transaction, commit
+    fsyncs = _counting_fsyncs(counting)
+    fsyncs.__enter__()
+    try:
+        with retrysafe.start("bench", {"run": "anatomy"}, home=home, ledger=url,
+                             heartbeat=False) as run:
+            run.effect("warm", "local_write", execute=_execute)
+            counting.append(lib)
+            for i in range(n):
+                run.effect(f"s{i}", "local_write", execute=_execute)
+            counting.clear()
+        with psycopg.connect(url) as conn:
+            counting.append(base)
+            for i in range(n):
+                _base_effect(conn, "%s", "bench:anatomy", f"s{i}", "a", lambda: None, conn.commit)
+            counting.clear()
+    finally:
+        fsyncs.__exit__(None, None, None)
+        patched.execute, patched.transaction, patched.commit = (real_execute, real_transaction,
+                                                                real_commit)
+    out = {"library": lib.per_effect(n), "baseline": base.per_effect(n)}
+    for side in out.values():
+        # reads outside BEGIN run in autocommit: every transaction here is a write
+        side["write_transactions"] = side["transactions"]
+        side["read_transactions"] = 0.0
+        side["durable_syncs"] = side["file_fsyncs"]  # the server's commit syncs are its own
+    return out
+
+
 def run_postgres(admin_url: str, total: int, rounds: int, concurrency: list[int],
                  workdir: Path) -> dict[str, Any]:
     import psycopg
@@ -344,6 +420,7 @@ def run_postgres(admin_url: str, total: int, rounds: int, concurrency: list[int]
         with psycopg.connect(url, autocommit=True) as conn:
             for ddl in BASE_DDL:
                 conn.execute(ddl.replace("{serial}", "BIGSERIAL PRIMARY KEY"))
+        anat = pg_anatomy(url, home)
         seq = iter(range(1_000_000))
         for workers in concurrency:
             n = max(20, total // workers)
@@ -385,6 +462,7 @@ def run_postgres(admin_url: str, total: int, rounds: int, concurrency: list[int]
         "rounds": rounds,
         "target": TARGET,
         "concurrency": per,
+        "per_effect": anat,
     }
 
 
@@ -413,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
             if admin == "pg":
                 admin = os.environ.get("RETRYSAFE_BENCH_PG_DSN") or DEFAULT_PG
             levels = [int(w) for w in args.workers.split(",") if w.strip()]
-            result = run_postgres(admin, args.effects or 320, args.rounds or 3, levels, workdir)
+            result = run_postgres(admin, args.effects or 240, args.rounds or 3, levels, workdir)
             print(f"guarded effect, PostgreSQL {result['server_version']} "
                   f"(synchronous_commit={result['synchronous_commit']}), "
                   f"medians of {result['rounds']} rounds:")
@@ -421,6 +499,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {row['workers']:>2} worker(s): retrysafe {row['library_median']:8.0f}/s"
                       f"  psycopg {row['baseline_median']:8.0f}/s  ratio {row['ratio']:.2f}"
                       f"  ({verdict(row['ratio'], TARGET)} >= {TARGET})")
+            lib, base = result["per_effect"]["library"], result["per_effect"]["baseline"]
+            print("  per effect       retrysafe  psycopg")
+            for key in ("round_trips", "transactions", "statements", "selects", "file_fsyncs"):
+                print(f"    {key:<18} {lib[key]:6.1f}  {base[key]:6.1f}")
         else:
             result = run_sqlite(args.effects or 300, args.rounds or 7, workdir)
             print(f"guarded effect, SQLite (WAL, synchronous=FULL), medians of "
