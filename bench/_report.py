@@ -125,7 +125,10 @@ def details(results: dict[str, Any]) -> list[str]:
                    + ", ".join(f"{v:,.0f}" for v in sq["library_per_s"]) + "/s and sqlite3 "
                    + ", ".join(f"{v:,.0f}" for v in sq["baseline_per_s"]) + "/s. "
                    "The ratio is the median of the per-round ratios (each round's two sides "
-                   f"ran back to back); the ratio of the medians is {sq['ratio_of_medians']:.2f}.")
+                   f"ran back to back); the ratio of the medians is {sq['ratio_of_medians']:.2f}. "
+                   f"CPU time per effect (median): retrysafe "
+                   f"{sq['cpu_ms_per_effect']['library']:.3f} ms, sqlite3 "
+                   f"{sq['cpu_ms_per_effect']['baseline']:.3f} ms.")
     pg = results.get("guarded_effect_postgres")
     if pg and "concurrency" in pg:
         out.append(f"PostgreSQL (synchronous_commit={pg['synchronous_commit']}, "

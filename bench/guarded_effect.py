@@ -96,6 +96,11 @@ def _execute(_step_key: str) -> str:
 # --- SQLite -----------------------------------------------------------------------
 
 
+#: CPU time per effect (this process, user + system) of the last rounds, per side:
+#: steadier than wall time on a loaded machine, and what several workers compete for.
+CPU_MS: dict[str, list[float]] = {"library": [], "baseline": []}
+
+
 def library_sqlite(n: int, workdir: Path) -> float:
     """Effects per second through ``run.effect`` on the default SQLite ledger."""
     home = Path(tempfile.mkdtemp(prefix="lib-", dir=workdir))
@@ -103,10 +108,11 @@ def library_sqlite(n: int, workdir: Path) -> float:
     try:
         with retrysafe.start("bench", {"run": "r"}, home=home) as run:
             run.effect("warm", "local_write", execute=_execute)  # first-effect work off the clock
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for i in range(n):
                 run.effect(f"s{i}", "local_write", execute=_execute)
             elapsed = time.perf_counter() - t0
+            CPU_MS["library"].append((time.process_time() - c0) * 1000 / n)
     finally:
         shutil.rmtree(home, ignore_errors=True)
     return n / elapsed
@@ -150,10 +156,11 @@ def baseline_sqlite(n: int, workdir: Path) -> float:
 
         attempt = uuid.uuid4().hex
         _base_effect(conn, "?", "bench:r", "warm", attempt, begin, commit)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for i in range(n):
             _base_effect(conn, "?", "bench:r", f"s{i}", attempt, begin, commit)
         elapsed = time.perf_counter() - t0
+        CPU_MS["baseline"].append((time.process_time() - c0) * 1000 / n)
     finally:
         conn.close()
         shutil.rmtree(folder, ignore_errors=True)
@@ -256,6 +263,8 @@ def anatomy(n: int, workdir: Path) -> dict[str, dict[str, float]]:
 
 
 def run_sqlite(n: int, rounds: int, workdir: Path) -> dict[str, Any]:
+    CPU_MS["library"].clear()
+    CPU_MS["baseline"].clear()
     lib, base = interleave(rounds, lambda: library_sqlite(n, workdir),
                            lambda: baseline_sqlite(n, workdir))
     ratio = paired_ratio(lib, base)
@@ -271,6 +280,8 @@ def run_sqlite(n: int, rounds: int, workdir: Path) -> dict[str, Any]:
         "ratio": ratio,
         "target": TARGET,
         "meets_target": ratio >= TARGET,
+        "cpu_ms_per_effect": {"library": median(CPU_MS["library"]),
+                              "baseline": median(CPU_MS["baseline"])},
         "per_effect": anatomy(50, workdir),
     }
 
@@ -511,6 +522,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  sqlite3   {result['baseline_median']:8.0f} effects/s")
             print(f"  ratio     {result['ratio']:8.2f}  ({verdict(result['ratio'], TARGET)} "
                   f">= {TARGET})")
+            cpu = result["cpu_ms_per_effect"]
+            print(f"  CPU per effect: retrysafe {cpu['library']:.3f} ms, sqlite3 "
+                  f"{cpu['baseline']:.3f} ms")
             print("  per effect       retrysafe  sqlite3")
             lib, base = result["per_effect"]["library"], result["per_effect"]["baseline"]
             for key in ("transactions", "read_transactions", "statements", "selects",
