@@ -116,6 +116,11 @@ class Handler(BaseHTTPRequestHandler):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # clients killed mid-request are this server's daily bread: no tracebacks
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
     def __init__(self, targets: Path) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
         self.targets = targets
