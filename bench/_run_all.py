@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +23,15 @@ from guarded_effect import DEFAULT_PG  # noqa: E402
 def _run(script: str, *args: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
+        t0 = time.monotonic()
         proc = subprocess.run([sys.executable, str(HERE / script), *args, "--json", str(out)],
                               check=False)
+        seconds = time.monotonic() - t0
+        print(f"   ({seconds:.0f} s)", flush=True)
         if proc.returncode != 0 or not out.is_file():
             return {"skipped": f"{script} exited {proc.returncode}"}
         data: dict[str, Any] = json.loads(out.read_text("utf-8"))
+        data["seconds"] = seconds
         return data
 
 
