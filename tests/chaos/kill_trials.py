@@ -28,6 +28,7 @@ from example_targets import BIN, CONTENT, ContentTargets, example_env
 OCCURRENCE = "2026-11-30T0900"
 MAX_RERUNS = 12
 MAX_DELAY = 5.0
+BUSY_PATIENCE = 180.0
 
 
 @dataclass
@@ -98,14 +99,23 @@ class Chaos:
             self._count(concurrent_pairs=1)
             if twin.wait(timeout=300) == 75:
                 self._count(busy_answers=1)
-        for _ in range(MAX_RERUNS):
+        # re-run like a scheduler would: at least MAX_RERUNS times, and on "busy"
+        # (a live twin, or a ledger that is briefly unreachable) keep backing off
+        # for up to BUSY_PATIENCE seconds
+        deadline = time.monotonic() + BUSY_PATIENCE
+        tries, wait = 0, 0.3
+        while True:
             rc = self._popen(target).wait(timeout=300)
+            tries += 1
             self._count(reruns=1)
             if rc == 0:
                 break
             if rc == 75:
                 self._count(busy_answers=1)
-                time.sleep(0.3)
+                time.sleep(wait)
+                wait = min(wait * 2, 10.0)
+            if tries >= MAX_RERUNS and (rc != 75 or time.monotonic() > deadline):
+                break
         self._count(trials=1)
 
     def run(self, trials: int, workers: int = 3) -> Figures:
