@@ -23,6 +23,7 @@ Use from a conftest (``tests/`` is on ``sys.path`` when pytest imports
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import os
@@ -78,6 +79,8 @@ def _start_pgserver() -> str:
 
     folder = Path(tempfile.mkdtemp(prefix="rs-pgserver-"))
     folder.chmod(0o755)  # when run as root, pgserver's own user must enter it
+    # registered before pgserver registers its own stop-and-delete, so it runs after it
+    atexit.register(shutil.rmtree, folder, True)
     server = pgserver.get_server(folder / "data", cleanup_mode="delete")
     _keep.append(server)
     return str(server.get_uri())

@@ -368,8 +368,10 @@ class PostgresBackend(Backend):
         """A failure to connect, told by what the server or the network said."""
         text = self._scrub(str(exc)).removeprefix("connection failed: ")
         low = text.lower()
-        if "database \"" in low and "does not exist" in low:
-            return LedgerError(f"ledger {self._shown}: {text}: create the database or fix the URL")
+        missing = re.search(r'database "[^"]*" does not exist', text)
+        if missing:
+            return LedgerError(f"ledger {self._shown}: {missing.group(0)}: "
+                               "create it or fix the URL")
         if any(t in low for t in _TRANSIENT_TEXT):
             return LedgerUnavailable(f"ledger {self._shown} is not accepting connections now "
                                      f"({text}); try again later")
