@@ -128,6 +128,26 @@ def test_connection_lost_mid_transaction_rolls_back(pg_db: str) -> None:
         backend.close()
 
 
+def test_connection_lost_at_commit_says_the_outcome_is_unknown(pg_db: str) -> None:
+    """A connection that dies as COMMIT is sent: LedgerUnavailable saying the change may
+    or may not have been recorded (never a silent retry), and the pool recovers."""
+    backend = PostgresBackend(pg_db)
+    try:
+        with backend.transaction() as tx:
+            tx.run("CREATE TABLE probe (v TEXT)")
+        with pytest.raises(LedgerUnavailable, match="may or may not have been recorded"), \
+                backend.transaction() as tx:
+            tx.run("INSERT INTO probe (v) VALUES (?)", ("maybe",))
+            pid = tx.rows("SELECT pg_backend_pid() AS pid")[0]["pid"]
+            with psycopg.connect(pg_db, autocommit=True) as killer:
+                killer.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+        with backend.transaction(write=False) as tx:
+            # here the server had not committed: the session ended before COMMIT arrived
+            assert tx.rows("SELECT v FROM probe") == []
+    finally:
+        backend.close()
+
+
 def test_percent_and_question_marks_in_values_pass_through(pg_db: str) -> None:
     """Placeholders are rewritten without touching values: '%' and '?' survive."""
     with open_ledger(pg_db) as ledger:

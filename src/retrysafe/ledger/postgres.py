@@ -391,7 +391,9 @@ class PostgresBackend(Backend):
         state = exc.sqlstate or ""
         text = self._scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         broken = isinstance(exc, psycopg.OperationalError) and not state
-        if in_commit and (broken or state.startswith("08")):
+        # the connection ended (network, restart, admin shutdown) while COMMIT was
+        # in flight: whether the server committed first cannot be known here
+        if in_commit and (broken or state.startswith(("08", "57"))):
             return LedgerUnavailable(
                 f"ledger {self._shown}: the connection was lost while committing ({text}); "
                 "the change may or may not have been recorded; run again, ledger writes are "
