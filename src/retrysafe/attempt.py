@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
 from .connectors.base import Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult
@@ -196,15 +197,17 @@ class Run:
         item: str | None = None,
         has_lookup: bool = False,
         looked_up: bool = False,
+        step: StepRecord | EllipsisType | None = ...,
     ) -> Decision:
         """Steps 1-4 of the effect algorithm, without acting.
 
-        ``looked_up`` says a lookup already answered "absent" for an unknown step.
+        ``looked_up`` says a lookup already answered "absent" for an unknown step;
+        ``step`` is the step as the caller just read it (default: read it now).
         """
         skey = self._step_key(name, item)
         cls = parse_class(str(effect_class))
         policy = policy_for(cls, self.job.classes)
-        step = self.ledger.step(skey)
+        step = self.ledger.step(skey) if isinstance(step, EllipsisType) else step
         state = step.state if step else None
         if step is not None and step.state == _S.DONE:
             return Decision("skip", skey, state, evidence=step.evidence)
@@ -259,10 +262,15 @@ class Run:
     def intent(self, name: str, effect_class: str | EffectClass, *, item: str | None = None,
                check: str | None = None, connector: str | None = None,
                fingerprint: str | None = None, kind: str = "effect",
-               runner_pid: int | None = None) -> StepRecord:
-        """Write-ahead ``running`` (step 5): durable before the external call."""
+               runner_pid: int | None = None,
+               step: StepRecord | EllipsisType | None = ...) -> StepRecord:
+        """Write-ahead ``running`` (step 5): durable before the external call.
+
+        ``step`` is the step as the caller just read it; the write itself refuses
+        any change since, so passing it only saves a read.
+        """
         skey = self._step_key(name, item)
-        step = self.ledger.step(skey)
+        step = self.ledger.step(skey) if isinstance(step, EllipsisType) else step
         if step is not None and step.state == _S.RUNNING and not self._runner_gone(step):
             raise Busy(f"step {name} of {self.key} is already running in process "
                        f"{step.runner.pid if step.runner else '?'}", key=self.key, step=name,
@@ -381,7 +389,7 @@ class Run:
             return evidence
         if self.read_only:
             return (step.evidence or "") if step else ""
-        decision = self.decide(name, cls, item=item, has_lookup=lookup is not None)
+        decision = self.decide(name, cls, item=item, has_lookup=lookup is not None, step=step)
         if decision.action == "skip":
             self._log(skey, "check", "skip", evidence=decision.evidence)
             return decision.evidence or ""
@@ -409,7 +417,7 @@ class Run:
                     f"retrysafe resolve {self.key} {name} --found EVIDENCE | --absent")
             self._log(skey, "lookup", "absent")
             step = self.ledger.step(skey)
-            decision = self.decide(name, cls, item=item, looked_up=True)
+            decision = self.decide(name, cls, item=item, looked_up=True, step=step)
         elif decision.action == "lookup":
             raise self.block(
                 name, item, step,
@@ -424,7 +432,7 @@ class Run:
             raise self.block(name, item, step, decision.reason, decision.unblock,
                               approval=decision.reason.startswith("awaiting approval"),
                               effect_class=str(cls))
-        self.intent(name, cls, item=item, check=check, connector=connector_name,
+        self.intent(name, cls, item=item, check=check, connector=connector_name, step=step,
                     fingerprint=fp)
         try:
             evidence = execute(skey)
@@ -490,7 +498,7 @@ class Run:
             adopted = self._adopt(name, item, step, validate)
             if adopted is not None:
                 return adopted
-        self.intent(name, "local_write", item=item, kind="generate")
+        self.intent(name, "local_write", item=item, kind="generate", step=step)
         out = self.dir / fname
         try:
             produce(out)
@@ -613,7 +621,7 @@ class Run:
         out: OutcomeRecord = self.ledger.finish(attempt, state, why, accepted=state == _O.DONE)
         # terminal status first; the summary is a nicety written after it
         self.folder.write_status(attempt.id, state, reason=why)
-        self._log(self.key, "closeout", state, reason=why)
+        self._log(self.key, "closeout", state, reason=why, sync=True)
         self.folder.write_summary(
             state,
             f"attempt-{attempt.number}" if state == _O.DONE else

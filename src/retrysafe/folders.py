@@ -56,8 +56,9 @@ class AttemptFolder:
         })
 
     def log(self, attempt_id: str, step_key: str, action: str, result: str,
-            **extra: Any) -> None:
-        append_jsonl(self.path / "log.jsonl", {
+            *, sync: bool = False, **extra: Any) -> None:
+        """One line per action; ``sync`` flushes the whole log to disk (close-out)."""
+        append_jsonl(self.path / "log.jsonl", sync=sync, record={
             "time": time.time(),
             "attempt_id": attempt_id,
             "step_key": step_key,

@@ -3,8 +3,10 @@
 Every file retrysafe writes is either the old version or the new one, never a
 torn mix: write a temporary file in the same folder, fsync it, rename it over
 the target, fsync the folder so the rename itself survives a power cut.
-Log lines are appended with one ``write`` on an ``O_APPEND`` descriptor and
-fsynced; a reader skips a last line cut short by a crash.
+Log lines are appended with one ``write`` on an ``O_APPEND`` descriptor; they
+are fsynced together at close-out (:func:`fsync_file`), not one by one: the
+ledger's history is the durable record of every transition, the log is its
+readable companion. A reader skips a last line cut short by a crash.
 """
 
 from __future__ import annotations
@@ -75,12 +77,13 @@ def atomic_copy(src: Path, dst: Path) -> None:
     fsync_dir(dst.parent)
 
 
-def append_jsonl(path: Path, obj: Any) -> None:
-    line = (json.dumps(obj, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+def append_jsonl(path: Path, record: Any, *, sync: bool = False) -> None:
+    line = (json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 

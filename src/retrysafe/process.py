@@ -44,8 +44,16 @@ def _proc_start(pid: int) -> str | None:
     return f"{_boot_id()}:{fields[19]}" if len(fields) > 19 else None
 
 
+_SELF: dict[int, Holder] = {}
+
+
 def this_holder(pid: int | None = None) -> Holder:
-    pid = os.getpid() if pid is None else pid
+    if pid is None:
+        # our own start time never changes; a forked child has another pid
+        own = os.getpid()
+        if own not in _SELF:
+            _SELF[own] = Holder(host=host_id(), pid=own, started=_proc_start(own))
+        return _SELF[own]
     return Holder(host=host_id(), pid=pid, started=_proc_start(pid))
 
 

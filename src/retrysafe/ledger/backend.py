@@ -60,6 +60,10 @@ class Backend(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    @abstractmethod
+    def has_table(self, tx: Tx, name: str) -> bool:
+        """Does the table exist? (Read-only: opening a ledger must not write.)"""
+
     def migration_lock(self) -> AbstractContextManager[Tx]:
         """The transaction migrations run in (PostgreSQL adds an advisory lock)."""
         return self.transaction(write=True)

@@ -151,10 +151,9 @@ class Ledger:
 
     def __init__(self, backend: Backend, *, auto_migrate: bool = True) -> None:
         self.backend = backend
-        if auto_migrate:
+        # a read first: most opens find the schema current and write nothing
+        if self.check_schema() < SCHEMA_VERSION and auto_migrate:
             self.migrate()
-        else:
-            self.check_schema()
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -173,10 +172,11 @@ class Ledger:
 
     def schema_version(self) -> int:
         with self.backend.transaction(write=False) as tx:
+            if not self.backend.has_table(tx, "rs_schema"):
+                return 0
             return self._version(tx)
 
     def _version(self, tx: Tx) -> int:
-        tx.run(render(self.backend, SCHEMA_TABLE))
         row = tx.one("SELECT MAX(version) AS v FROM rs_schema")
         return int(row["v"]) if row and row["v"] is not None else 0
 
@@ -197,6 +197,7 @@ class Ledger:
         """Apply pending migrations; returns the versions applied."""
         applied: list[int] = []
         with self.backend.migration_lock() as tx:
+            tx.run(render(self.backend, SCHEMA_TABLE))
             current = self._version(tx)
             if current > SCHEMA_VERSION:
                 raise SchemaTooNew(
@@ -392,6 +393,12 @@ class Ledger:
         out = self._lock_outcome(tx, attempt.outcome_key)
         if out is None:
             raise UnknownOutcome(f"no outcome {attempt.outcome_key}", key=attempt.outcome_key)
+        if out.fence == attempt.fence and out.current_attempt is None:
+            raise AttemptNotActive(
+                f"attempt {attempt.number} of {out.key} has already finished",
+                key=out.key,
+                state=out.state,
+            )
         if out.fence != attempt.fence or out.current_attempt != attempt.id:
             raise StaleAttempt(
                 f"attempt {attempt.number} of {out.key} is stale (fencing token {attempt.fence}, "
@@ -399,13 +406,8 @@ class Ledger:
                 key=out.key,
                 state=out.state,
             )
-        row = self._attempt_row(tx, attempt.id)
-        if row is None or row.state != AttemptState.ACTIVE:
-            raise AttemptNotActive(
-                f"attempt {attempt.number} of {out.key} has already finished",
-                key=out.key,
-                state=out.state,
-            )
+        # No need to read the attempt row: finishing or superseding an attempt clears
+        # current_attempt in the same transaction, so a match means it is active.
         return out
 
     def renew(self, attempt: AttemptRecord, lease_seconds: float) -> float:
@@ -505,26 +507,16 @@ class Ledger:
             raise TypeError(f"unknown step fields {sorted(bad)}")
         with self.backend.transaction() as tx:
             out = self._fenced(tx, attempt)
-            step = self._lock_step(tx, step_key)
             allowed = set(expect) if expect is not None else None
-            now_state = step.state if step else None
-            if allowed is not None and now_state not in allowed:
-                raise Busy(
-                    f"step {name} of {out.key} is {now_state or 'not started'}, expected "
-                    f"{' or '.join(sorted(s or 'not started' for s in allowed))}: "
-                    "another process changed it",
-                    key=out.key, step=name, state=now_state,
-                )
-            if step is not None and not can_move(STEP_TRANSITIONS, step.state, to):
-                raise InvalidInput(
-                    f"step {name} of {out.key}: cannot move from {step.state} to {to}",
-                    key=out.key, step=name, state=step.state,
-                )
             runner_cols: dict[str, Any] = {}
             if to == _S.RUNNING:
                 r = runner or attempt.holder
                 runner_cols = {"runner_host": r.host, "runner_pid": r.pid, "runner_started": r.started}
-            if step is None:
+            # The common case is one conditional write: it succeeds only from an
+            # expected (and legal) state. When it changes nothing, read why.
+            written: list[dict[str, Any]] = []
+            now_state: str | None = None
+            if allowed is None or None in allowed:
                 cols = {
                     "step_key": step_key, "outcome_key": out.key, "name": name, "item": item,
                     "kind": kind, "state": to, "attempt_id": attempt.id, "fence": attempt.fence,
@@ -532,16 +524,44 @@ class Ledger:
                     "created_at": tx.now, "updated_at": tx.now, **runner_cols, **fields,
                 }
                 marks = ", ".join("?" for _ in cols)
-                tx.run(f"INSERT INTO rs_steps ({', '.join(cols)}) VALUES ({marks})",
-                       tuple(cols.values()))
-            else:
-                sets = {"state": to, "attempt_id": attempt.id, "fence": attempt.fence,
-                        "reason": reason, "updated_at": tx.now, **runner_cols, **fields}
-                assign = ", ".join(f"{c} = ?" for c in sets)
-                if to == _S.RUNNING:
-                    assign += ", tries = tries + 1"
-                tx.run(f"UPDATE rs_steps SET {assign} WHERE step_key = ?",
-                       (*sets.values(), step_key))
+                written = tx.rows(
+                    f"INSERT INTO rs_steps ({', '.join(cols)}) VALUES ({marks})"
+                    " ON CONFLICT (step_key) DO NOTHING RETURNING *", tuple(cols.values()))
+            if not written and (allowed is None or allowed - {None}):
+                sources = sorted(
+                    s for s in (allowed if allowed is not None else STEP_TRANSITIONS)
+                    if s is not None and can_move(STEP_TRANSITIONS, s, to)
+                )
+                if sources:
+                    sets = {"previous_state": None, "state": to, "attempt_id": attempt.id,
+                            "fence": attempt.fence,
+                            "reason": reason, "updated_at": tx.now, **runner_cols, **fields}
+                    # SET sees the old row: previous_state keeps the state we moved from
+                    assign = ", ".join("previous_state = state" if c == "previous_state"
+                                       else f"{c} = ?" for c in sets)
+                    if to == _S.RUNNING:
+                        assign += ", tries = tries + 1"
+                    sets.pop("previous_state")
+                    marks = ", ".join("?" for _ in sources)
+                    written = tx.rows(
+                        f"UPDATE rs_steps SET {assign} WHERE step_key = ? AND state IN ({marks})"
+                        " RETURNING *", (*sets.values(), step_key, *sources))
+                if written:
+                    now_state = written[0]["previous_state"]
+            if not written:
+                step = self._lock_step(tx, step_key)
+                now_state = step.state if step else None
+                if allowed is not None and now_state not in allowed:
+                    raise Busy(
+                        f"step {name} of {out.key} is {now_state or 'not started'}, expected "
+                        f"{' or '.join(sorted(s or 'not started' for s in allowed))}: "
+                        "another process changed it",
+                        key=out.key, step=name, state=now_state,
+                    )
+                raise InvalidInput(
+                    f"step {name} of {out.key}: cannot move from {now_state or 'not started'} to {to}",
+                    key=out.key, step=name, state=now_state,
+                )
             self._log(tx, out.key, kind="step", step_key=step_key, frm=now_state or "", to=to,
                       attempt=attempt, reason=reason)
             if outcome_state and outcome_state != out.state:
@@ -549,9 +569,7 @@ class Ledger:
                 rank = [_O.RUNNING, _O.GENERATED, _O.DELIVERED]
                 if out.state in rank and rank.index(_O(outcome_state)) > rank.index(_O(out.state)):
                     self._set_outcome(tx, out, outcome_state, "", attempt=attempt)
-            got = self._lock_step(tx, step_key)
-            assert got is not None
-            return got
+            return _step(written[0])
 
     # --- reading ------------------------------------------------------------------
 

@@ -85,8 +85,13 @@ CREATE TABLE rs_events (
 CREATE INDEX rs_events_outcome ON rs_events (outcome_key, id)
 """
 
+_V2 = """
+ALTER TABLE rs_steps ADD COLUMN previous_state TEXT
+"""
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "outcomes, attempts, steps and history", _V1),
+    (2, "steps remember the state of their last transition (one-statement moves)", _V2),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

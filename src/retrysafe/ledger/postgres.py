@@ -411,6 +411,10 @@ class PostgresBackend(Backend):
 
     # --- the rest of the contract -------------------------------------------------
 
+    def has_table(self, tx: Tx, name: str) -> bool:
+        row = tx.one("SELECT to_regclass(?) IS NOT NULL AS present", (name,))
+        return bool(row and row["present"])
+
     def display_url(self) -> str:
         return self._shown
 

@@ -93,8 +93,16 @@ class SqliteBackend(Backend):
     @contextmanager
     def transaction(self, write: bool = True) -> Iterator[Tx]:
         conn = self._conn()
+        if not write:
+            # Reads run in autocommit: each statement sees one consistent snapshot,
+            # and a BEGIN/COMMIT pair would double the cost of a one-query read.
+            try:
+                yield _SqliteTx(conn)
+            except sqlite3.Error as exc:
+                raise self._translate(exc) from None
+            return
         try:
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
+            conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise self._translate(exc) from None
         try:
@@ -112,6 +120,10 @@ class SqliteBackend(Backend):
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise self._translate(exc) from None
+
+    def has_table(self, tx: Tx, name: str) -> bool:
+        return tx.one("SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = ?",
+                      (name,)) is not None
 
     def display_url(self) -> str:
         return f"sqlite:///{self.path}"
