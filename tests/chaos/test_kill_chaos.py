@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import os
 import random
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from example_targets import ContentTargets
@@ -51,8 +55,32 @@ def test_random_kills_on_postgres(content_targets: ContentTargets, tmp_path: Pat
         open_ledger(pg_dsn).close()
     except ConfigError as exc:
         pytest.skip(f"no PostgreSQL ledger backend yet: {exc}")
-    home = content_targets.home(tmp_path / "home", ledger=pg_dsn)
-    seed = int(os.environ.get("RETRYSAFE_CHAOS_SEED", random.randrange(1 << 30)))
-    fig = Chaos(content_targets, home, "postgres", seed).run(PG_TRIALS)
+    with own_database(pg_dsn) as dsn:
+        home = content_targets.home(tmp_path / "home", ledger=dsn)
+        seed = int(os.environ.get("RETRYSAFE_CHAOS_SEED", random.randrange(1 << 30)))
+        fig = Chaos(content_targets, home, "postgres", seed).run(PG_TRIALS)
     write_figures(fig)
     _assert_clean(fig, PG_TRIALS)
+
+
+@contextmanager
+def own_database(dsn: str) -> Iterator[str]:
+    """A database of the chaos run's own on the test server, dropped afterwards.
+
+    Other suites share the server's test database and clear its tables; a
+    chaos run that lasts minutes must not have its ledger wiped under it.
+    """
+    import psycopg
+
+    name = f"retrysafe_chaos_{uuid.uuid4().hex[:8]}"
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.Error:
+        yield dsn  # no right to create databases: share the given one
+        return
+    try:
+        yield urlunsplit(urlsplit(dsn)._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
