@@ -115,10 +115,11 @@ def main(argv: list[str] | None = None) -> int:
             begun = engine.begin("bench", {"run": "skip"})
             assert begun.run is not None and begun.run.attempt is not None
             attempt_id = begun.run.attempt.id
+            run_env = begun.run.env()  # what `retrysafe run` hands its command
         finally:
             engine.close()
         cache = None if args.as_is else work / "pycache"
-        env = child_env(home, attempt_id, cache)
+        env = {**child_env(home, attempt_id, cache), **run_env}
         step = [*retrysafe_cmd(), "step", "publish", "--class", "publish", "--", "true"]
         bare = [sys.executable, "-c", "pass"]
         imports = [sys.executable, "-c", "import retrysafe.cli"]

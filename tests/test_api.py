@@ -139,6 +139,6 @@ def test_payload_change_is_refused(home: Path) -> None:
 
 def test_busy_while_another_attempt_holds_the_lease(home: Path) -> None:
     """A second start inside a live attempt of the same outcome is Busy."""
-    with retrysafe.start("report", {"week": "2026-W06"}, home=home), pytest.raises(Busy):
-        with retrysafe.start("report", {"week": "2026-W06"}, home=home):
-            pass
+    with (retrysafe.start("report", {"week": "2026-W06"}, home=home), pytest.raises(Busy),
+          retrysafe.start("report", {"week": "2026-W06"}, home=home)):
+        pass

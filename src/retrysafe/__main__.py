@@ -1,3 +1,3 @@
-from retrysafe.cli import main
+from retrysafe._entry import main
 
 main()

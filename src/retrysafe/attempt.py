@@ -8,10 +8,8 @@ phases an agent can also drive one by one (:meth:`Run.decide`,
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
-import subprocess
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -52,6 +50,8 @@ Verify = Callable[[str, str], bool]
 
 
 def fingerprint(payload: Mapping[str, Any]) -> str:
+    import hashlib
+
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -572,6 +572,8 @@ class Run:
         for rel in self.job.expected_artifacts:
             if not any((d / rel).is_file() for d in artifact_dirs):
                 problems.append(f"expected artifact {rel} does not exist")
+        import subprocess
+
         for cmd in self.job.accept:
             env = {**os.environ, **self.env()} if self.attempt else dict(os.environ)
             proc = subprocess.run(["/bin/sh", "-c", cmd], cwd=attempt_dir or self.dir, env=env,

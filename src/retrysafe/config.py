@@ -15,8 +15,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from . import keys
 from .effects import EffectClass, Policy, parse_overrides
 from .errors import ConfigError, HomeNotWritable, InvalidParameter, UnknownJob
@@ -49,6 +47,8 @@ def resolve_home(flag: str | os.PathLike[str] | None = None) -> Path:
     env = os.environ.get("RETRYSAFE_HOME")
     if env:
         return Path(env).expanduser().absolute()
+    import platformdirs  # only when no home is given
+
     return Path(platformdirs.user_state_dir("retrysafe", appauthor=False))
 
 

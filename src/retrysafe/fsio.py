@@ -12,10 +12,8 @@ readable companion. A reader skips a last line cut short by a crash.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +38,8 @@ def fsync_dir(path: Path) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+    import tempfile  # imported here: most commands never write a whole file
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -62,6 +62,8 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 def atomic_copy(src: Path, dst: Path) -> None:
     """Copy ``src`` to ``dst`` atomically (streamed, so large artifacts are fine)."""
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out, src.open("rb") as inp:
@@ -104,6 +106,8 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def sha256_file(path: Path) -> str:
+    import hashlib
+
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         while chunk := fh.read(1 << 20):

@@ -8,12 +8,9 @@ reversible encoding that can never leave that folder.
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import re
 import string
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import Any
 
 from .errors import ConfigError, InvalidInput, InvalidParameter
@@ -73,6 +70,8 @@ def _date(name: str, value: str) -> str:
     try:
         if not m:
             raise ValueError
+        import datetime as dt  # on use: most commands validate no dates
+
         return dt.date(int(m[1]), int(m[2]), int(m[3])).isoformat()
     except ValueError:
         raise InvalidParameter(f"parameter {name!r}: {value!r} is not a date (YYYY-MM-DD)") from None
@@ -91,6 +90,8 @@ def _isoweek(name: str, value: str) -> str:
         if not m:
             raise ValueError
         # fromisocalendar rejects week 53 in 52-week years, and week 0.
+        import datetime as dt
+
         dt.date.fromisocalendar(int(m[1]), int(m[2]), 1)
     except ValueError:
         raise InvalidParameter(
@@ -205,6 +206,8 @@ def slug(key: str) -> str:
             out.extend(f"%{b:02X}" for b in ch.encode("utf-8"))
     text = "".join(out)
     if len(text) > _MAX_SLUG:
+        import hashlib
+
         digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
         text = text[: _MAX_SLUG - 17].rstrip("%0123456789ABCDEF") + "~" + digest
     return text
@@ -223,10 +226,6 @@ def unslug(text: str) -> str:
         raw.extend(b":" if ch == "+" else ch.encode("ascii"))
         i += 1
     return raw.decode("utf-8")
-
-
-def now_utc() -> datetime:
-    return datetime.now(dt.UTC)
 
 
 def parse_assignments(pairs: tuple[str, ...] | list[str], what: str = "-p") -> dict[str, str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 from pathlib import Path
 
 from .ledger.records import Holder
@@ -15,7 +14,7 @@ __all__ = ["holder_gone", "this_holder"]
 @functools.cache
 def host_id() -> str:
     """The host name plus the machine id, so two hosts named alike are not confused."""
-    name = socket.gethostname()
+    name = os.uname().nodename
     try:
         machine = Path("/etc/machine-id").read_text().strip()[:12]
     except OSError:

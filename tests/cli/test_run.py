@@ -202,3 +202,31 @@ def test_demo_runs(home: Home, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "one outcome, as intended" in proc.stdout
     assert proc.stdout.count("once") == 4
+
+
+def test_done_step_answers_from_the_ledger_and_logs_the_skip(home: Home, tmp_path: Path) -> None:
+    """Re-running a done step prints its evidence, runs nothing, and says so in the log."""
+    simple_job(home)
+    marker = tmp_path / "ran"
+    rs = f"{PY} -m retrysafe"
+    twice = (f"{rs} step send --class message -- sh -c 'echo x >> {marker}; echo msg-7' && "
+             f"{rs} step send --class message -- sh -c 'echo x >> {marker}; echo msg-8'")
+    proc = home.run("run", "report", "-p", "week=2026-W20", "--", "sh", "-c", twice)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[:2] == ["msg-7", "msg-7"]
+    assert marker.read_text() == "x\n"
+    log = home.path / "runs/report/report+2026-W20/attempt-1/log.jsonl"
+    actions = [json.loads(x)["action"] + ":" + json.loads(x)["result"] for x in log.read_text().splitlines()]
+    assert "check:skip" in actions
+
+
+def test_a_finished_attempt_cannot_use_its_id_again(home: Home) -> None:
+    """A step call with the id of an attempt that already ended is refused, done step or not."""
+    simple_job(home)
+    rs = f"{PY} -m retrysafe"
+    proc = home.run("run", "report", "-p", "week=2026-W21", "--", "sh", "-c",
+                    f"{rs} step send --class message -- echo m1 && echo $RETRYSAFE_ATTEMPT_ID")
+    attempt_id = proc.stdout.splitlines()[1]
+    late = home.run("step", "send", "--class", "message", "--attempt", attempt_id, "--", "echo", "m2",
+                    env={"RETRYSAFE_LEDGER": f"sqlite:///{home.path / 'ledger.sqlite3'}"})
+    assert late.returncode == 75 and "finished" in late.stderr

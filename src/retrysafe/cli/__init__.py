@@ -7,6 +7,7 @@ config or input error (nothing changed); 3 blocked, a human must act;
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -14,22 +15,57 @@ import click
 
 from ..errors import EXIT_FAILED, EXIT_USAGE, RetrysafeError
 from ._common import State
-from .admin import demo, doctor, migrate
-from .human import approve, resolve, retry
-from .jobs import job, jobs
-from .read import history, ls, status, verify
-from .run import run
-from .steps import generate, step
 
 __all__ = ["cli", "main"]
 
 
-class _Ordered(click.Group):
+# name -> "module:object". Each command's module is imported only when that
+# command runs (or when help lists it), so `retrysafe step` on a done step
+# does not pay for the drill, the agent protocol or the scheduler.
+_COMMANDS: dict[str, str] = {
+    "run": "run:run",
+    "step": "steps:step",
+    "generate": "steps:generate",
+    "status": "read:status",
+    "ls": "read:ls",
+    "history": "read:history",
+    "verify": "read:verify",
+    "missed": "missed:missed",
+    "resolve": "human:resolve",
+    "approve": "human:approve",
+    "retry": "human:retry",
+    "jobs": "jobs:jobs",
+    "job": "jobs:job",
+    "migrate": "admin:migrate",
+    "doctor": "admin:doctor",
+    "demo": "admin:demo",
+    "drill": "drill:drill",
+    "begin": "agent:begin",
+    "check": "agent:check",
+    "intent": "agent:intent",
+    "record": "agent:record",
+    "unknown": "agent:unknown",
+    "block": "agent:block",
+    "close": "agent:close",
+    "openclaw": "openclaw:openclaw",
+}
+
+
+class _LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(self.commands)
+        return list(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, _, attr = target.partition(":")
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        command: click.Command = getattr(module, attr)
+        return command
 
 
-@click.group(cls=_Ordered, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--home", envvar="RETRYSAFE_HOME", metavar="DIR",
               help="Home folder (runs/, ledger, config). Env RETRYSAFE_HOME; "
                    "default: the per-user state folder.")
@@ -49,36 +85,6 @@ def cli(ctx: click.Context, home: str | None, config: str | None, ledger: str | 
     """
     ctx.obj = State(home, config, ledger)
     ctx.call_on_close(ctx.obj.close)
-
-
-for command in (run, step, generate, status, ls, history, verify, resolve, approve, retry,
-                jobs, job, migrate, doctor, demo):
-    cli.add_command(command)
-
-
-def _optional_commands() -> None:
-    """Commands whose modules may be absent in a trimmed install."""
-    try:
-        from .agent import AGENT_COMMANDS
-    except ImportError:
-        AGENT_COMMANDS = []
-    for command in AGENT_COMMANDS:
-        cli.add_command(command)
-    try:
-        from .openclaw import openclaw
-    except ImportError:
-        pass
-    else:
-        cli.add_command(openclaw)
-    try:
-        from .drill import drill
-    except ImportError:
-        pass
-    else:
-        cli.add_command(drill)
-
-
-_optional_commands()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import socket
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -65,7 +65,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 def actor() -> str:
     import getpass  # imports termios: only human decisions record an actor
 
-    return f"{getpass.getuser()}@{socket.gethostname()}"
+    return f"{getpass.getuser()}@{os.uname().nodename}"
 
 
 def fail(message: str, code: int) -> None:

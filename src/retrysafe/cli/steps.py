@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,6 +29,8 @@ def shell_lookup(check: str, env: Mapping[str, str]) -> Any:
     """A ``--check`` command as a lookup: exit 0 found, 1 absent, else ambiguous."""
 
     def lookup(step_key: str) -> LookupResult:
+        import subprocess
+
         proc = subprocess.run(["/bin/sh", "-c", check], env={**env, "RETRYSAFE_STEP_KEY": step_key},
                               capture_output=True, text=True, check=False)
         if proc.returncode == 0:
@@ -47,6 +48,8 @@ def command_execute(cmd: tuple[str, ...], env: Mapping[str, str]) -> Any:
     """CMD as an effect: exit 0 done (last stdout line = evidence), 75 failed, else unknown."""
 
     def execute(step_key: str) -> str:
+        import subprocess
+
         try:
             proc = subprocess.run(list(cmd), env={**env, "RETRYSAFE_STEP_KEY": step_key},
                                   stdout=subprocess.PIPE, text=True, check=False)
@@ -184,6 +187,8 @@ def generate(name: str, output: str | None, validate: str | None, item: str | No
     Example:
       DRAFT=$(retrysafe generate draft --output draft.md -- ./write-draft.sh)
     """
+    import subprocess
+
     check_name("step", name)
     engine = state().engine
     run = engine.attach(attempt_id)

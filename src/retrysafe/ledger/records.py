@@ -1,17 +1,20 @@
-"""What the ledger stores, as plain immutable records."""
+"""What the ledger stores, as plain immutable records.
+
+Named tuples rather than dataclasses: they are as immutable and typed, and
+creating them costs no import of ``dataclasses``/``inspect``, which matters
+for a command-line tool started once per step.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["AttemptRecord", "Claim", "Event", "Holder", "OutcomeRecord", "StepRecord"]
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(NamedTuple):
     """Who holds a lease: enough to tell, on the same host, whether it still lives.
 
     ``pid`` is ``None`` for holders that are not one long-lived process (an
@@ -25,8 +28,7 @@ class Holder:
     started: str | None = None
 
 
-@dataclass(frozen=True)
-class OutcomeRecord:
+class OutcomeRecord(NamedTuple):
     key: str
     job: str
     params: Mapping[str, str]
@@ -41,11 +43,10 @@ class OutcomeRecord:
     updated_at: float
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "params": dict(self.params)}
+        return {**self._asdict(), "params": dict(self.params)}
 
 
-@dataclass(frozen=True)
-class AttemptRecord:
+class AttemptRecord(NamedTuple):
     id: str
     outcome_key: str
     number: int
@@ -59,14 +60,13 @@ class AttemptRecord:
     ended_at: float | None
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["holder"] = asdict(self.holder)
+        out = self._asdict()
+        out["holder"] = self.holder._asdict()
         out["context"] = dict(self.context)
         return out
 
 
-@dataclass(frozen=True)
-class StepRecord:
+class StepRecord(NamedTuple):
     step_key: str
     outcome_key: str
     name: str
@@ -89,13 +89,12 @@ class StepRecord:
     updated_at: float
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["runner"] = asdict(self.runner) if self.runner else None
+        out = self._asdict()
+        out["runner"] = self.runner._asdict() if self.runner else None
         return out
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     """One line of the history: every transition, who made it and why."""
 
     id: int
@@ -111,11 +110,10 @@ class Event:
     reason: str
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return self._asdict()
 
 
-@dataclass(frozen=True)
-class Claim:
+class Claim(NamedTuple):
     """The answer to "may I start an attempt at this outcome?".
 
     ``status`` is ``started`` (``attempt`` is yours), ``done`` (nothing to do),
