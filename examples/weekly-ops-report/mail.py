@@ -2,7 +2,7 @@
 """Local test mail servers for the example: aiosmtpd (SMTP) and Dovecot (IMAP), on loopback.
 
 The servers are the ones retrysafe's own email tests use
-(``tests/connectors/email/conftest.py``): SMTP with AUTH that delivers into
+(``tests/connectors/email/mailservers.py``): SMTP with AUTH that delivers into
 Maildirs, and Dovecot serving those Maildirs over IMAP, so the connector can
 file its Sent copy and find it again. Needs ``dovecot-imapd`` and ``openssl``.
 
@@ -29,11 +29,11 @@ from pathlib import Path
 from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
-SERVERS = HERE.parents[1] / "tests" / "connectors" / "email" / "conftest.py"
+SERVERS = HERE.parents[1] / "tests" / "connectors" / "email" / "mailservers.py"
 
 
 def servers_module() -> ModuleType:
-    """The test suite's mail server code, imported as a plain module (not as a conftest)."""
+    """The test suite's mail server code, imported by path (tests/ is not a package)."""
     spec = importlib.util.spec_from_file_location("retrysafe_example_mail_servers", SERVERS)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

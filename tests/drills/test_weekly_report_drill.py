@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -40,7 +41,8 @@ def mail_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             time.sleep(0.05)
         yield root
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # it may have died on its own
+            os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
         shutil.rmtree(root, ignore_errors=True)
 
