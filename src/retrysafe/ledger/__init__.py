@@ -12,7 +12,8 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .backend import Backend, Tx
-from .core import HolderCheck, Ledger
+from .core import HolderCheck
+from .decisions import Ledger
 from .records import AttemptRecord, Claim, Event, Holder, OutcomeRecord, StepRecord
 
 __all__ = [

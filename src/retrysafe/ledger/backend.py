@@ -1,6 +1,6 @@
 """The backend interface: the few primitives a database must provide.
 
-The :class:`~retrysafe.ledger.core.Ledger` owns every rule (claims, fencing,
+The :class:`~retrysafe.ledger.core.LedgerCore` owns every rule (claims, fencing,
 transitions, history); a backend only opens transactions, tells the time by
 its own clock and translates its errors. Write SQL once with ``?``
 placeholders; a backend rewrites them for its driver.

@@ -20,7 +20,6 @@ from ..errors import (
     SchemaTooNew,
     StaleAttempt,
     UnknownOutcome,
-    UnknownStep,
 )
 from ..states import (
     OUTCOME_TRANSITIONS,
@@ -39,96 +38,19 @@ from .records import (
     Holder,
     OutcomeRecord,
     StepRecord,
+    attempt_from_row,
     dumps,
-    loads_map,
+    event_from_row,
+    outcome_from_row,
+    step_from_row,
 )
 
-__all__ = ["HolderCheck", "Ledger"]
+__all__ = ["HolderCheck", "LedgerCore"]
 
 HolderCheck = Callable[[Holder], bool]
 """Answers "is this lease holder known to be gone?" (same host, process dead)."""
 
 _O, _S = OutcomeState, StepState
-_OPEN_STEP_STATES = (_S.RUNNING, _S.UNKNOWN, _S.BLOCKED, _S.FAILED, _S.PLANNED)
-
-
-def _outcome(row: Mapping[str, Any]) -> OutcomeRecord:
-    return OutcomeRecord(
-        key=row["key"],
-        job=row["job"],
-        params=loads_map(row["params"]),
-        state=row["state"],
-        reason=row["reason"],
-        fence=int(row["fence"]),
-        attempts=int(row["attempts"]),
-        budget_base=int(row["budget_base"]),
-        current_attempt=row["current_attempt"],
-        accepted_attempt=row["accepted_attempt"],
-        created_at=float(row["created_at"]),
-        updated_at=float(row["updated_at"]),
-    )
-
-
-def _attempt(row: Mapping[str, Any]) -> AttemptRecord:
-    return AttemptRecord(
-        id=row["id"],
-        outcome_key=row["outcome_key"],
-        number=int(row["number"]),
-        fence=int(row["fence"]),
-        state=row["state"],
-        result=row["result"],
-        holder=Holder(row["holder_host"], row["holder_pid"], row["holder_started"]),
-        lease_expires=float(row["lease_expires"]),
-        context=loads_map(row["context"]),
-        started_at=float(row["started_at"]),
-        ended_at=None if row["ended_at"] is None else float(row["ended_at"]),
-    )
-
-
-def _step(row: Mapping[str, Any]) -> StepRecord:
-    runner = (
-        Holder(row["runner_host"], row["runner_pid"], row["runner_started"])
-        if row["runner_host"]
-        else None
-    )
-    return StepRecord(
-        step_key=row["step_key"],
-        outcome_key=row["outcome_key"],
-        name=row["name"],
-        item=row["item"],
-        kind=row["kind"],
-        effect_class=row["effect_class"],
-        state=row["state"],
-        attempt_id=row["attempt_id"],
-        fence=int(row["fence"]),
-        evidence=row["evidence"],
-        artifact=row["artifact"],
-        checksum=row["checksum"],
-        check=row["check_cmd"],
-        connector=row["connector"],
-        fingerprint=row["fingerprint"],
-        reason=row["reason"],
-        approved_by=row["approved_by"],
-        runner=runner,
-        tries=int(row["tries"]),
-        updated_at=float(row["updated_at"]),
-    )
-
-
-def _event(row: Mapping[str, Any]) -> Event:
-    return Event(
-        id=int(row["id"]),
-        outcome_key=row["outcome_key"],
-        step_key=row["step_key"],
-        at=float(row["at"]),
-        attempt_id=row["attempt_id"],
-        fence=int(row["fence"]),
-        actor=row["actor"],
-        kind=row["kind"],
-        from_state=row["from_state"],
-        to_state=row["to_state"],
-        reason=row["reason"],
-    )
 
 
 _STEP_FIELDS = frozenset(
@@ -146,8 +68,9 @@ _STEP_FIELDS = frozenset(
 )
 
 
-class Ledger:
-    """The durable record of outcomes. Open one with :func:`retrysafe.ledger.open_ledger`."""
+class LedgerCore:
+    """Outcomes, attempts, steps and history as attempts change them; the human
+    decisions are in :class:`retrysafe.ledger.decisions.Ledger`."""
 
     def __init__(self, backend: Backend, *, auto_migrate: bool = True) -> None:
         self.backend = backend
@@ -164,7 +87,7 @@ class Ledger:
     def close(self) -> None:
         self.backend.close()
 
-    def __enter__(self) -> Ledger:
+    def __enter__(self) -> LedgerCore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -252,7 +175,7 @@ class Ledger:
 
     def _lock_outcome(self, tx: Tx, key: str) -> OutcomeRecord | None:
         row = tx.one(f"SELECT * FROM rs_outcomes WHERE key = ?{self.backend.lock_clause}", (key,))
-        return _outcome(row) if row else None
+        return outcome_from_row(row) if row else None
 
     def _set_outcome(
         self,
@@ -386,7 +309,7 @@ class Ledger:
 
     def _attempt_row(self, tx: Tx, attempt_id: str) -> AttemptRecord | None:
         row = tx.one("SELECT * FROM rs_attempts WHERE id = ?", (attempt_id,))
-        return _attempt(row) if row else None
+        return attempt_from_row(row) if row else None
 
     def _fenced(self, tx: Tx, attempt: AttemptRecord) -> OutcomeRecord:
         """Lock the outcome and refuse unless ``attempt`` still holds the current fence."""
@@ -477,7 +400,7 @@ class Ledger:
     def _lock_step(self, tx: Tx, step_key: str) -> StepRecord | None:
         row = tx.one(f"SELECT * FROM rs_steps WHERE step_key = ?{self.backend.lock_clause}",
                      (step_key,))
-        return _step(row) if row else None
+        return step_from_row(row) if row else None
 
     def move_step(
         self,
@@ -569,14 +492,14 @@ class Ledger:
                 rank = [_O.RUNNING, _O.GENERATED, _O.DELIVERED]
                 if out.state in rank and rank.index(_O(outcome_state)) > rank.index(_O(out.state)):
                     self._set_outcome(tx, out, outcome_state, "", attempt=attempt)
-            return _step(written[0])
+            return step_from_row(written[0])
 
     # --- reading ------------------------------------------------------------------
 
     def outcome(self, key: str) -> OutcomeRecord | None:
         with self.backend.transaction(write=False) as tx:
             row = tx.one("SELECT * FROM rs_outcomes WHERE key = ?", (key,))
-            return _outcome(row) if row else None
+            return outcome_from_row(row) if row else None
 
     def require_outcome(self, key: str) -> OutcomeRecord:
         out = self.outcome(key)
@@ -591,24 +514,24 @@ class Ledger:
     def attempts(self, key: str) -> list[AttemptRecord]:
         with self.backend.transaction(write=False) as tx:
             rows = tx.rows("SELECT * FROM rs_attempts WHERE outcome_key = ? ORDER BY number", (key,))
-            return [_attempt(r) for r in rows]
+            return [attempt_from_row(r) for r in rows]
 
     def step(self, step_key: str) -> StepRecord | None:
         with self.backend.transaction(write=False) as tx:
             row = tx.one("SELECT * FROM rs_steps WHERE step_key = ?", (step_key,))
-            return _step(row) if row else None
+            return step_from_row(row) if row else None
 
     def steps(self, key: str) -> list[StepRecord]:
         with self.backend.transaction(write=False) as tx:
             rows = tx.rows(
                 "SELECT * FROM rs_steps WHERE outcome_key = ? ORDER BY created_at, step_key", (key,)
             )
-            return [_step(r) for r in rows]
+            return [step_from_row(r) for r in rows]
 
     def history(self, key: str) -> list[Event]:
         with self.backend.transaction(write=False) as tx:
             rows = tx.rows("SELECT * FROM rs_events WHERE outcome_key = ? ORDER BY id", (key,))
-            return [_event(r) for r in rows]
+            return [event_from_row(r) for r in rows]
 
     def outcomes(
         self, *, job: str | None = None, state: str | None = None, limit: int = 1000
@@ -626,163 +549,8 @@ class Ledger:
                 f"SELECT * FROM rs_outcomes{clause} ORDER BY updated_at DESC, key LIMIT ?",
                 (*params, limit),
             )
-            return [_outcome(r) for r in rows]
+            return [outcome_from_row(r) for r in rows]
 
     def now(self) -> float:
         with self.backend.transaction(write=False) as tx:
             return tx.now
-
-    # --- human decisions -------------------------------------------------------
-
-    def _human_step(self, tx: Tx, key: str, step_name: str) -> tuple[OutcomeRecord, StepRecord]:
-        out = self._lock_outcome(tx, key)
-        if out is None:
-            raise UnknownOutcome(f"no outcome {key!r} in the ledger", key=key)
-        rows = tx.rows(
-            f"SELECT * FROM rs_steps WHERE outcome_key = ? AND (name = ? OR step_key = ?)"
-            f" ORDER BY step_key{self.backend.lock_clause}",
-            (key, step_name, step_name),
-        )
-        if not rows:
-            raise UnknownStep(f"outcome {key} has no step {step_name!r}", key=key, step=step_name)
-        if len(rows) > 1:
-            keys = ", ".join(r["step_key"] for r in rows)
-            raise InvalidInput(
-                f"step {step_name!r} has several items ({keys}); name one by its full step key",
-                key=key, step=step_name,
-            )
-        return out, _step(rows[0])
-
-    def _live_attempt(self, tx: Tx, out: OutcomeRecord) -> AttemptRecord | None:
-        if not out.current_attempt:
-            return None
-        cur = self._attempt_row(tx, out.current_attempt)
-        if cur and cur.state == AttemptState.ACTIVE and cur.lease_expires > tx.now:
-            return cur
-        return None
-
-    def _reopen_if_unblocked(self, tx: Tx, out: OutcomeRecord, actor: str, why: str) -> None:
-        if out.state != _O.BLOCKED:
-            return
-        still = tx.one(
-            "SELECT name FROM rs_steps WHERE outcome_key = ? AND state = ?",
-            (out.key, _S.BLOCKED.value),
-        )
-        exhausted = out.reason.startswith("attempts exhausted")
-        if still is None and not exhausted:
-            self._set_outcome(tx, out, _O.FAILED, f"{why}; run the job again to continue",
-                              actor=actor)
-
-    def resolve(
-        self, key: str, step_name: str, *, found: str | None, actor: str, note: str = ""
-    ) -> StepRecord:
-        """A human settles an unknown or blocked step: ``found`` evidence, or absent (``None``)."""
-        with self.backend.transaction() as tx:
-            out, step = self._human_step(tx, key, step_name)
-            if step.state == _S.DONE:
-                raise InvalidInput(f"step {step.name} of {key} is already done (evidence "
-                                   f"{step.evidence!r})", key=key, step=step.name, state=step.state)
-            if step.state == _S.RUNNING and self._live_attempt(tx, out):
-                raise Busy(f"step {step.name} of {key} is running in a live attempt; wait for it",
-                           key=key, step=step.name, state=step.state)
-            to = _S.DONE if found is not None else _S.PLANNED
-            frm = step.state
-            if frm == _S.RUNNING:
-                # its attempt is gone: the step is unknown before a human settles it
-                self._log(tx, key, kind="step", step_key=step.step_key, frm=frm, to=_S.UNKNOWN,
-                          actor=actor, reason="its attempt is gone")
-                frm = _S.UNKNOWN
-            if not can_move(STEP_TRANSITIONS, frm, to):
-                raise InvalidInput(f"step {step.name} of {key} is {frm}; it cannot be resolved",
-                                   key=key, step=step.name, state=frm)
-            reason = f"resolved by {actor}: " + ("found" if found is not None else "absent")
-            if note:
-                reason += f" ({note})"
-            tx.run(
-                "UPDATE rs_steps SET state = ?, evidence = ?, reason = ?, updated_at = ?"
-                " WHERE step_key = ?",
-                (to.value, found if found is not None else step.evidence, reason, tx.now,
-                 step.step_key),
-            )
-            self._log(tx, key, kind="step", step_key=step.step_key, frm=frm, to=to,
-                      actor=actor, reason=reason)
-            self._reopen_if_unblocked(tx, out, actor, f"step {step.name} resolved")
-            got = self._lock_step(tx, step.step_key)
-            assert got is not None
-            return got
-
-    def approve(
-        self, key: str, step_name: str, *, actor: str, note: str = ""
-    ) -> StepRecord:
-        """Record authority for a step that needs approval (payment, delete)."""
-        with self.backend.transaction() as tx:
-            out = self._lock_outcome(tx, key)
-            if out is None:
-                raise UnknownOutcome(f"no outcome {key!r} in the ledger", key=key)
-            if out.state == _O.DONE:
-                raise InvalidInput(f"outcome {key} is done; nothing to approve", key=key,
-                                   state=out.state)
-            from ..keys import check_name, step_key
-
-            existing = tx.one(
-                "SELECT step_key FROM rs_steps WHERE outcome_key = ? AND (name = ? OR step_key = ?)",
-                (key, step_name, step_name),
-            )
-            if existing is None:
-                # approving ahead of the first run: the step does not exist yet
-                check_name("step", step_name)
-                skey = step_key(key, step_name)
-                tx.run(
-                    "INSERT INTO rs_steps (step_key, outcome_key, name, kind, state, reason,"
-                    " created_at, updated_at) VALUES (?, ?, ?, 'effect', ?, '', ?, ?)",
-                    (skey, key, step_name, _S.PLANNED.value, tx.now, tx.now),
-                )
-            _, step = self._human_step(tx, key, step_name)
-            if step.state == _S.DONE:
-                raise InvalidInput(f"step {step.name} of {key} is already done", key=key,
-                                   step=step.name, state=step.state)
-            approval = actor + (f": {note}" if note else "")
-            to = _S.PLANNED if step.state == _S.BLOCKED and step.reason.startswith(
-                "awaiting approval") else _S(step.state)
-            reason = f"approved by {approval}"
-            tx.run(
-                "UPDATE rs_steps SET approved_by = ?, state = ?, reason = ?, updated_at = ?"
-                " WHERE step_key = ?",
-                (approval, to.value, reason, tx.now, step.step_key),
-            )
-            self._log(tx, key, kind="approval", step_key=step.step_key, frm=step.state, to=to,
-                      actor=actor, reason=reason)
-            self._reopen_if_unblocked(tx, out, actor, f"step {step.name} approved")
-            got = self._lock_step(tx, step.step_key)
-            assert got is not None
-            return got
-
-    def retry(self, key: str, *, actor: str, note: str = "") -> OutcomeRecord:
-        """Give a blocked, failed or unknown outcome a fresh attempt budget."""
-        with self.backend.transaction() as tx:
-            out = self._lock_outcome(tx, key)
-            if out is None:
-                raise UnknownOutcome(f"no outcome {key!r} in the ledger", key=key)
-            if out.state == _O.DONE:
-                raise InvalidInput(f"outcome {key} is done; outcomes never repeat", key=key,
-                                   state=out.state)
-            if self._live_attempt(tx, out):
-                raise Busy(f"outcome {key} has a live attempt; wait for it", key=key,
-                           state=out.state)
-            blocked = tx.one(
-                "SELECT name, reason FROM rs_steps WHERE outcome_key = ? AND state = ?",
-                (key, _S.BLOCKED.value),
-            )
-            if blocked:
-                raise InvalidInput(
-                    f"step {blocked['name']} of {key} is blocked ({blocked['reason']}): "
-                    f"settle it with 'retrysafe resolve' or 'retrysafe approve' first",
-                    key=key, step=blocked["name"], state=_S.BLOCKED,
-                )
-            reason = f"retry granted by {actor}" + (f": {note}" if note else "")
-            tx.run("UPDATE rs_outcomes SET budget_base = attempts WHERE key = ?", (key,))
-            state = _O.FAILED if out.state == _O.BLOCKED else _O(out.state)
-            self._set_outcome(tx, out, state, reason, actor=actor)
-            got = self._lock_outcome(tx, key)
-            assert got is not None
-            return got

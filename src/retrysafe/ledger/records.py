@@ -136,3 +136,85 @@ def loads_map(text: str | None) -> dict[str, str]:
         return {}
     value = json.loads(text)
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+# --- rows to records (column names are the same on every backend) ---
+
+
+def outcome_from_row(row: Mapping[str, Any]) -> OutcomeRecord:
+    return OutcomeRecord(
+        key=row["key"],
+        job=row["job"],
+        params=loads_map(row["params"]),
+        state=row["state"],
+        reason=row["reason"],
+        fence=int(row["fence"]),
+        attempts=int(row["attempts"]),
+        budget_base=int(row["budget_base"]),
+        current_attempt=row["current_attempt"],
+        accepted_attempt=row["accepted_attempt"],
+        created_at=float(row["created_at"]),
+        updated_at=float(row["updated_at"]),
+    )
+
+
+def attempt_from_row(row: Mapping[str, Any]) -> AttemptRecord:
+    return AttemptRecord(
+        id=row["id"],
+        outcome_key=row["outcome_key"],
+        number=int(row["number"]),
+        fence=int(row["fence"]),
+        state=row["state"],
+        result=row["result"],
+        holder=Holder(row["holder_host"], row["holder_pid"], row["holder_started"]),
+        lease_expires=float(row["lease_expires"]),
+        context=loads_map(row["context"]),
+        started_at=float(row["started_at"]),
+        ended_at=None if row["ended_at"] is None else float(row["ended_at"]),
+    )
+
+
+def step_from_row(row: Mapping[str, Any]) -> StepRecord:
+    runner = (
+        Holder(row["runner_host"], row["runner_pid"], row["runner_started"])
+        if row["runner_host"]
+        else None
+    )
+    return StepRecord(
+        step_key=row["step_key"],
+        outcome_key=row["outcome_key"],
+        name=row["name"],
+        item=row["item"],
+        kind=row["kind"],
+        effect_class=row["effect_class"],
+        state=row["state"],
+        attempt_id=row["attempt_id"],
+        fence=int(row["fence"]),
+        evidence=row["evidence"],
+        artifact=row["artifact"],
+        checksum=row["checksum"],
+        check=row["check_cmd"],
+        connector=row["connector"],
+        fingerprint=row["fingerprint"],
+        reason=row["reason"],
+        approved_by=row["approved_by"],
+        runner=runner,
+        tries=int(row["tries"]),
+        updated_at=float(row["updated_at"]),
+    )
+
+
+def event_from_row(row: Mapping[str, Any]) -> Event:
+    return Event(
+        id=int(row["id"]),
+        outcome_key=row["outcome_key"],
+        step_key=row["step_key"],
+        at=float(row["at"]),
+        attempt_id=row["attempt_id"],
+        fence=int(row["fence"]),
+        actor=row["actor"],
+        kind=row["kind"],
+        from_state=row["from_state"],
+        to_state=row["to_state"],
+        reason=row["reason"],
+    )

@@ -1,0 +1,178 @@
+"""Human decisions on the ledger: resolve, approve, retry.
+
+Each is one transaction, recorded in the history with who decided and why.
+They take no fencing token: a human acts outside any attempt, so each checks
+instead that no live attempt is working on what it changes.
+"""
+
+from __future__ import annotations
+
+from ..errors import Busy, InvalidInput, UnknownOutcome, UnknownStep
+from ..states import STEP_TRANSITIONS, AttemptState, OutcomeState, StepState, can_move
+from .backend import Tx
+from .core import LedgerCore
+from .records import AttemptRecord, OutcomeRecord, StepRecord, step_from_row
+
+__all__ = ["Ledger"]
+
+_O, _S = OutcomeState, StepState
+
+
+class Ledger(LedgerCore):
+    """The durable record of outcomes. Open one with :func:`retrysafe.ledger.open_ledger`."""
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def _human_step(self, tx: Tx, key: str, step_name: str) -> tuple[OutcomeRecord, StepRecord]:
+        out = self._lock_outcome(tx, key)
+        if out is None:
+            raise UnknownOutcome(f"no outcome {key!r} in the ledger", key=key)
+        rows = tx.rows(
+            f"SELECT * FROM rs_steps WHERE outcome_key = ? AND (name = ? OR step_key = ?)"
+            f" ORDER BY step_key{self.backend.lock_clause}",
+            (key, step_name, step_name),
+        )
+        if not rows:
+            raise UnknownStep(f"outcome {key} has no step {step_name!r}", key=key, step=step_name)
+        if len(rows) > 1:
+            keys = ", ".join(r["step_key"] for r in rows)
+            raise InvalidInput(
+                f"step {step_name!r} has several items ({keys}); name one by its full step key",
+                key=key, step=step_name,
+            )
+        return out, step_from_row(rows[0])
+
+    def _live_attempt(self, tx: Tx, out: OutcomeRecord) -> AttemptRecord | None:
+        if not out.current_attempt:
+            return None
+        cur = self._attempt_row(tx, out.current_attempt)
+        if cur and cur.state == AttemptState.ACTIVE and cur.lease_expires > tx.now:
+            return cur
+        return None
+
+    def _reopen_if_unblocked(self, tx: Tx, out: OutcomeRecord, actor: str, why: str) -> None:
+        if out.state != _O.BLOCKED:
+            return
+        still = tx.one(
+            "SELECT name FROM rs_steps WHERE outcome_key = ? AND state = ?",
+            (out.key, _S.BLOCKED.value),
+        )
+        exhausted = out.reason.startswith("attempts exhausted")
+        if still is None and not exhausted:
+            self._set_outcome(tx, out, _O.FAILED, f"{why}; run the job again to continue",
+                              actor=actor)
+
+    def resolve(
+        self, key: str, step_name: str, *, found: str | None, actor: str, note: str = ""
+    ) -> StepRecord:
+        """A human settles an unknown or blocked step: ``found`` evidence, or absent (``None``)."""
+        with self.backend.transaction() as tx:
+            out, step = self._human_step(tx, key, step_name)
+            if step.state == _S.DONE:
+                raise InvalidInput(f"step {step.name} of {key} is already done (evidence "
+                                   f"{step.evidence!r})", key=key, step=step.name, state=step.state)
+            if step.state == _S.RUNNING and self._live_attempt(tx, out):
+                raise Busy(f"step {step.name} of {key} is running in a live attempt; wait for it",
+                           key=key, step=step.name, state=step.state)
+            to = _S.DONE if found is not None else _S.PLANNED
+            frm = step.state
+            if frm == _S.RUNNING:
+                # its attempt is gone: the step is unknown before a human settles it
+                self._log(tx, key, kind="step", step_key=step.step_key, frm=frm, to=_S.UNKNOWN,
+                          actor=actor, reason="its attempt is gone")
+                frm = _S.UNKNOWN
+            if not can_move(STEP_TRANSITIONS, frm, to):
+                raise InvalidInput(f"step {step.name} of {key} is {frm}; it cannot be resolved",
+                                   key=key, step=step.name, state=frm)
+            reason = f"resolved by {actor}: " + ("found" if found is not None else "absent")
+            if note:
+                reason += f" ({note})"
+            tx.run(
+                "UPDATE rs_steps SET state = ?, evidence = ?, reason = ?, updated_at = ?"
+                " WHERE step_key = ?",
+                (to.value, found if found is not None else step.evidence, reason, tx.now,
+                 step.step_key),
+            )
+            self._log(tx, key, kind="step", step_key=step.step_key, frm=frm, to=to,
+                      actor=actor, reason=reason)
+            self._reopen_if_unblocked(tx, out, actor, f"step {step.name} resolved")
+            got = self._lock_step(tx, step.step_key)
+            assert got is not None
+            return got
+
+    def approve(
+        self, key: str, step_name: str, *, actor: str, note: str = ""
+    ) -> StepRecord:
+        """Record authority for a step that needs approval (payment, delete)."""
+        with self.backend.transaction() as tx:
+            out = self._lock_outcome(tx, key)
+            if out is None:
+                raise UnknownOutcome(f"no outcome {key!r} in the ledger", key=key)
+            if out.state == _O.DONE:
+                raise InvalidInput(f"outcome {key} is done; nothing to approve", key=key,
+                                   state=out.state)
+            from ..keys import check_name, step_key
+
+            existing = tx.one(
+                "SELECT step_key FROM rs_steps WHERE outcome_key = ? AND (name = ? OR step_key = ?)",
+                (key, step_name, step_name),
+            )
+            if existing is None:
+                # approving ahead of the first run: the step does not exist yet
+                check_name("step", step_name)
+                skey = step_key(key, step_name)
+                tx.run(
+                    "INSERT INTO rs_steps (step_key, outcome_key, name, kind, state, reason,"
+                    " created_at, updated_at) VALUES (?, ?, ?, 'effect', ?, '', ?, ?)",
+                    (skey, key, step_name, _S.PLANNED.value, tx.now, tx.now),
+                )
+            _, step = self._human_step(tx, key, step_name)
+            if step.state == _S.DONE:
+                raise InvalidInput(f"step {step.name} of {key} is already done", key=key,
+                                   step=step.name, state=step.state)
+            approval = actor + (f": {note}" if note else "")
+            to = _S.PLANNED if step.state == _S.BLOCKED and step.reason.startswith(
+                "awaiting approval") else _S(step.state)
+            reason = f"approved by {approval}"
+            tx.run(
+                "UPDATE rs_steps SET approved_by = ?, state = ?, reason = ?, updated_at = ?"
+                " WHERE step_key = ?",
+                (approval, to.value, reason, tx.now, step.step_key),
+            )
+            self._log(tx, key, kind="approval", step_key=step.step_key, frm=step.state, to=to,
+                      actor=actor, reason=reason)
+            self._reopen_if_unblocked(tx, out, actor, f"step {step.name} approved")
+            got = self._lock_step(tx, step.step_key)
+            assert got is not None
+            return got
+
+    def retry(self, key: str, *, actor: str, note: str = "") -> OutcomeRecord:
+        """Give a blocked, failed or unknown outcome a fresh attempt budget."""
+        with self.backend.transaction() as tx:
+            out = self._lock_outcome(tx, key)
+            if out is None:
+                raise UnknownOutcome(f"no outcome {key!r} in the ledger", key=key)
+            if out.state == _O.DONE:
+                raise InvalidInput(f"outcome {key} is done; outcomes never repeat", key=key,
+                                   state=out.state)
+            if self._live_attempt(tx, out):
+                raise Busy(f"outcome {key} has a live attempt; wait for it", key=key,
+                           state=out.state)
+            blocked = tx.one(
+                "SELECT name, reason FROM rs_steps WHERE outcome_key = ? AND state = ?",
+                (key, _S.BLOCKED.value),
+            )
+            if blocked:
+                raise InvalidInput(
+                    f"step {blocked['name']} of {key} is blocked ({blocked['reason']}): "
+                    f"settle it with 'retrysafe resolve' or 'retrysafe approve' first",
+                    key=key, step=blocked["name"], state=_S.BLOCKED,
+                )
+            reason = f"retry granted by {actor}" + (f": {note}" if note else "")
+            tx.run("UPDATE rs_outcomes SET budget_base = attempts WHERE key = ?", (key,))
+            state = _O.FAILED if out.state == _O.BLOCKED else _O(out.state)
+            self._set_outcome(tx, out, state, reason, actor=actor)
+            got = self._lock_outcome(tx, key)
+            assert got is not None
+            return got
