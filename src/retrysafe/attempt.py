@@ -31,7 +31,7 @@ from .errors import (
     StepUnknown,
 )
 from .folders import AttemptFolder
-from .fsio import sha256_file
+from .fsio import atomic_copy, sha256_file
 from .keys import check_name, step_key
 from .ledger import AttemptRecord, OutcomeRecord, StepRecord
 from .process import holder_gone, this_holder
@@ -489,6 +489,7 @@ class Run:
                     key=self.key, step=name, state=step.state,
                     unblock=f"retrysafe resolve {self.key} {name} --absent")
             self._log(skey, "generate", "reused", artifact=str(path))
+            self._bring(path, fname)
             return path
         if self.read_only:
             raise InvalidInput(f"outcome {self.key} is done but has no artifact for {name}",
@@ -532,6 +533,19 @@ class Run:
         self.record(name, checksum, item=item, outcome_state=_O.GENERATED,
                     artifact=str(out), checksum=checksum)
         return out
+
+    def _bring(self, accepted: Path, fname: str) -> None:
+        """Copy an artifact accepted by an earlier attempt into this attempt's folder.
+
+        Every attempt folder then holds what its outcome delivers, so the job's
+        ``expected_artifacts`` and ``accept`` commands, which run in the attempt
+        folder, see it. The accepted file stays the one recorded (and printed).
+        """
+        if self.read_only or accepted.parent == self.dir:
+            return
+        copy = self.dir / fname
+        if not copy.exists():
+            atomic_copy(accepted, copy)
 
     def _adopt(self, name: str, item: str | None, step: StepRecord,
                validate: Callable[[Path], bool] | None) -> Path | None:

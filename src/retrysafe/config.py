@@ -57,7 +57,8 @@ def ensure_home(home: Path) -> Path:
     try:
         (home / "runs").mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise HomeNotWritable(f"home {home} cannot be created: {exc.strerror or exc}") from None
+        where = exc.filename or home / "runs"
+        raise HomeNotWritable(f"home {home} cannot be created ({where}: {exc.strerror or exc})") from None
     if not os.access(home, os.W_OK | os.X_OK):
         raise HomeNotWritable(f"home {home} is not writable")
     return home

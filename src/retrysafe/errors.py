@@ -36,6 +36,7 @@ __all__ = [
     "StepBlocked",
     "StepFailed",
     "StepUnknown",
+    "StorageFull",
     "UnknownJob",
     "UnknownOutcome",
     "UnknownStep",
@@ -198,6 +199,12 @@ class StepFailed(RetrysafeError):
 
 class StepUnknown(RetrysafeError):
     """The step's effect may or may not have happened; a lookup must decide."""
+
+
+class StorageFull(RetrysafeError):
+    """The disk (or quota) is full: the work stopped; run again once there is space."""
+
+    exit_code = EXIT_FAILED
 
 
 class ConnectorError(RetrysafeError):

@@ -52,7 +52,7 @@ def _in_namespace(setup: str, target: str, env: dict[str, str]) -> subprocess.Co
 def _assert_clear_failure(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
     assert proc.returncode not in (0, 75), proc.stdout + proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
     assert any(ln.startswith("retrysafe: ") and any(n in ln for n in needles) for ln in lines), \
         proc.stderr
 

@@ -230,3 +230,19 @@ def test_a_finished_attempt_cannot_use_its_id_again(home: Home) -> None:
     late = home.run("step", "send", "--class", "message", "--attempt", attempt_id, "--", "echo", "m2",
                     env={"RETRYSAFE_LEDGER": f"sqlite:///{home.path / 'ledger.sqlite3'}"})
     assert late.returncode == 75 and "finished" in late.stderr
+
+
+def test_accept_sees_an_artifact_accepted_by_an_earlier_attempt(home: Home) -> None:
+    """accept commands run in the attempt folder, where a reused artifact is copied."""
+    simple_job(home, 'accept = ["grep -q frozen draft.md"]')
+    rs = f"{PY} -m retrysafe"
+    gen = f"{rs} generate draft --output draft.md -- sh -c 'echo frozen > \"$RETRYSAFE_OUTPUT\"'"
+    first = home.run("run", "report", "-p", "week=2026-W22", "--", "sh", "-c", f"{gen} && exit 1")
+    assert first.returncode == 1
+    second = home.run("run", "report", "-p", "week=2026-W22", "--", "sh", "-c", gen)
+    assert second.returncode == 0, second.stdout + second.stderr
+    printed = second.stdout.splitlines()[0]
+    assert printed.endswith("attempt-1/draft.md")  # the accepted artifact is the recorded one
+    copy = home.path / "runs/report/report+2026-W22/attempt-2/draft.md"
+    assert copy.read_text() == "frozen\n"
+    assert home.run("verify", "report:2026-W22").returncode == 0

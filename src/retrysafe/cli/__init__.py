@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from ..errors import EXIT_FAILED, EXIT_USAGE, RetrysafeError
+from ..errors import EXIT_FAILED, EXIT_USAGE, HomeNotWritable, RetrysafeError, StorageFull
 from ._common import State
 
 __all__ = ["cli", "main"]
@@ -87,6 +87,20 @@ def cli(ctx: click.Context, home: str | None, config: str | None, ledger: str | 
     ctx.call_on_close(ctx.obj.close)
 
 
+def _storage_error(exc: OSError) -> RetrysafeError | None:
+    """Disk full or read-only storage, as one line; the ledger's own writes are
+    transactions, so nothing is half-written by the failure."""
+    import errno
+
+    where = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return StorageFull(f"no space left to write{where}: {exc.strerror}; free some space and "
+                           "run again (what was recorded so far is intact)")
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return HomeNotWritable(f"cannot write{where}: {exc.strerror}")
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: one clear line and a documented exit code, never a traceback."""
     try:
@@ -106,6 +120,10 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         sys.exit(EXIT_FAILED)
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+        storage = _storage_error(exc) if isinstance(exc, OSError) else None
+        if storage is not None:
+            click.echo(f"retrysafe: {storage.message}", err=True)
+            sys.exit(storage.exit_code)
         if os.environ.get("RETRYSAFE_DEBUG"):
             import traceback
 

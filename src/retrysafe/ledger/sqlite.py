@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import HomeNotWritable, LedgerError, LedgerUnavailable
+from ..errors import HomeNotWritable, LedgerError, LedgerUnavailable, RetrysafeError, StorageFull
 from .backend import Backend, Tx
 
 __all__ = ["SqliteBackend"]
@@ -80,12 +80,14 @@ class SqliteBackend(Backend):
                 self._all.append(conn)
         return conn
 
-    def _translate(self, exc: sqlite3.Error) -> LedgerError:
+    def _translate(self, exc: sqlite3.Error) -> RetrysafeError:
         text = str(exc)
+        if "disk is full" in text or "disk I/O error" in text:
+            return StorageFull(f"ledger {self.path}: {text}; free some space and run again")
         if "locked" in text or "busy" in text:
             return LedgerUnavailable(f"ledger {self.path} is busy: {text}")
         if "readonly" in text or "unable to open" in text:
-            return HomeNotWritable(f"ledger {self.path} cannot be written: {text}")  # type: ignore[return-value]
+            return HomeNotWritable(f"ledger {self.path} cannot be written: {text}")
         if "not a database" in text or "malformed" in text:
             return LedgerError(f"ledger {self.path} is not a retrysafe ledger: {text}")
         return LedgerError(f"ledger {self.path}: {text}")
