@@ -27,7 +27,7 @@ from example_targets import BIN, CONTENT, ContentTargets, example_env
 
 OCCURRENCE = "2026-11-30T0900"
 MAX_RERUNS = 12
-MAX_DELAY = 5.0
+MAX_DELAY = 2.0  # a content-pipeline run takes about 1-2 s: most trials kill a live run
 BUSY_PATIENCE = 180.0
 
 
