@@ -14,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 __all__ = [
     "append_jsonl",
     "atomic_copy",
+    "atomic_write",
     "atomic_write_bytes",
     "atomic_write_json",
     "fsync_dir",
@@ -37,22 +38,38 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+def atomic_write(target: Path, fill: Callable[[BinaryIO], object], *, exclusive: bool = False,
+                 mode: int | None = None) -> None:
+    """Write ``target`` through a temporary file in its folder: the whole file or nothing.
+
+    ``fill(fh)`` writes the content into the open binary temporary file. With
+    ``exclusive`` the final name is created with ``link``, which fails when the
+    target appeared meanwhile, so two writers cannot both win.
+    """
     import tempfile  # imported here: most commands never write a whole file
 
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            fill(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        if exclusive:
+            os.link(tmp, target)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    fsync_dir(path.parent)
+    fsync_dir(target.parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+    atomic_write(path, lambda fh: fh.write(data), mode=mode)
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
@@ -62,21 +79,13 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 def atomic_copy(src: Path, dst: Path) -> None:
     """Copy ``src`` to ``dst`` atomically (streamed, so large artifacts are fine)."""
-    import tempfile
 
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out, src.open("rb") as inp:
+    def fill(out: BinaryIO) -> None:
+        with src.open("rb") as inp:
             while chunk := inp.read(1 << 20):
                 out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, dst)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(dst.parent)
+
+    atomic_write(dst, fill)
 
 
 def append_jsonl(path: Path, record: Any, *, sync: bool = False) -> None:

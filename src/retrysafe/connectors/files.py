@@ -17,30 +17,20 @@ and a step ``retrysafe step publish --connector site --with source=report.html``
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import ConfigError, InvalidInput
+from ..fsio import atomic_write
 from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult, Payload
 
-__all__ = ["FileConnector", "atomic_write", "fsync_dir", "parse_bool", "sha256_of", "slug_of"]
+__all__ = ["FileConnector", "parse_bool", "sha256_of", "slug_of"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new name in ``path`` survive a power cut."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def sha256_of(path: Path) -> str:
@@ -67,33 +57,6 @@ def parse_bool(value: Any, what: str) -> bool:
     if isinstance(value, str) and value.lower() in ("false", "no", "0", "off", ""):
         return False
     raise InvalidInput(f"{what} must be true or false, not {value!r}")
-
-
-def atomic_write(target: Path, fill: Any, *, exclusive: bool, mode: int | None = None) -> None:
-    """Write ``target`` through a temporary file in its folder.
-
-    ``fill(fh)`` writes the content into the open binary temporary file. With
-    ``exclusive`` the final name is created with ``link``, which fails when
-    the target appeared meanwhile, so two writers cannot both win.
-    """
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fill(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        if exclusive:
-            os.link(tmp, target)
-            os.unlink(tmp)
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(target.parent)
 
 
 def _evidence(digest: str, target: Path) -> str:

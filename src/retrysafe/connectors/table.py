@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError, ConnectorError, InvalidInput
+from ..fsio import atomic_write
 from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult, Payload
-from .files import atomic_write, parse_bool
+from .files import parse_bool
 
 __all__ = ["CsvTableConnector", "SqlTableConnector"]
 
