@@ -357,9 +357,7 @@ class Run:
         check_name("step", name)
         if connector is not None:
             data: Mapping[str, Any] = payload or {}
-            validate = getattr(connector, "validate", None)
-            if validate is not None:
-                validate(data)  # bad input is refused before anything is recorded
+            connector.validate(data)  # bad input is refused before anything is recorded
             effect_class = effect_class or connector.effect_class
             conn = connector
             execute = execute or (lambda skey: conn.execute(skey, data))

@@ -4,9 +4,9 @@ Every file retrysafe writes is either the old version or the new one, never a
 torn mix: write a temporary file in the same folder, fsync it, rename it over
 the target, fsync the folder so the rename itself survives a power cut.
 Log lines are appended with one ``write`` on an ``O_APPEND`` descriptor; they
-are fsynced together at close-out (:func:`fsync_file`), not one by one: the
+are fsynced together by the close-out line (``sync=True``), not one by one: the
 ledger's history is the durable record of every transition, the log is its
-readable companion. A reader skips a last line cut short by a crash.
+readable companion; a crash can cut only its last line short.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -25,7 +25,6 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "fsync_dir",
-    "read_jsonl",
     "sha256_file",
 ]
 
@@ -97,21 +96,6 @@ def append_jsonl(path: Path, record: Any, *, sync: bool = False) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Lines of a JSONL file; a torn last line (crash mid-append) is skipped."""
-    try:
-        text = path.read_text("utf-8", errors="replace")
-    except FileNotFoundError:
-        return
-    for line in text.splitlines():
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            yield obj
 
 
 def sha256_file(path: Path) -> str:

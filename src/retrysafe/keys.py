@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from .errors import ConfigError, InvalidInput, InvalidParameter
 
@@ -239,7 +238,3 @@ def parse_assignments(pairs: tuple[str, ...] | list[str], what: str = "-p") -> d
             raise InvalidInput(f"{what} {name!r} given twice")
         out[name] = value
     return out
-
-
-def canonical_params(params: Mapping[str, Any]) -> dict[str, str]:
-    return {k: str(v) for k, v in sorted(params.items())}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -66,8 +65,3 @@ def actor() -> str:
     import getpass  # imports termios: only human decisions record an actor
 
     return f"{getpass.getuser()}@{os.uname().nodename}"
-
-
-def fail(message: str, code: int) -> None:
-    click.echo(f"retrysafe: {message}", err=True)
-    sys.exit(code)

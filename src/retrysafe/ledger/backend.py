@@ -32,9 +32,6 @@ class Tx(ABC):
         found = self.rows(sql, params)
         return found[0] if found else None
 
-    @abstractmethod
-    def insert_id(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Run an INSERT into a table with an integer id and return the id."""
 
 
 class Backend(ABC):

@@ -112,10 +112,6 @@ class LedgerCore:
             )
         return version
 
-    def pending_migrations(self) -> list[int]:
-        current = self.check_schema()
-        return [v for v, _n, _s in MIGRATIONS if v > current]
-
     def migrate(self) -> list[int]:
         """Apply pending migrations; returns the versions applied."""
         applied: list[int] = []
@@ -341,11 +337,6 @@ class LedgerCore:
             tx.run("UPDATE rs_attempts SET lease_expires = ? WHERE id = ?", (expires, attempt.id))
             return expires
 
-    def assert_current(self, attempt: AttemptRecord) -> OutcomeRecord:
-        """Raise :class:`StaleAttempt` unless ``attempt`` is still current."""
-        with self.backend.transaction() as tx:
-            return self._fenced(tx, attempt)
-
     def finish(
         self,
         attempt: AttemptRecord,
@@ -550,7 +541,3 @@ class LedgerCore:
                 (*params, limit),
             )
             return [outcome_from_row(r) for r in rows]
-
-    def now(self) -> float:
-        with self.backend.transaction(write=False) as tx:
-            return tx.now

@@ -186,10 +186,6 @@ class _PgTx(Tx):
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         return self.conn.execute(_driver_sql(sql), tuple(params)).rowcount
 
-    def insert_id(self, sql: str, params: Sequence[Any] = ()) -> int:
-        row = self.conn.execute(_driver_sql(sql) + " RETURNING id", tuple(params)).fetchone()
-        assert row is not None
-        return int(row["id"])
 
 
 class PostgresBackend(Backend):

@@ -37,9 +37,6 @@ class _SqliteTx(Tx):
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         return self.conn.execute(sql, tuple(params)).rowcount
 
-    def insert_id(self, sql: str, params: Sequence[Any] = ()) -> int:
-        cur = self.conn.execute(sql, tuple(params))
-        return int(cur.lastrowid or 0)
 
 
 class SqliteBackend(Backend):
