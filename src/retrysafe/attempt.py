@@ -18,7 +18,7 @@ from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
 from .connectors.base import Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult
-from .crash import crash_point
+from .crash import injector
 from .effects import EffectClass, OnUnknown, parse_class, policy_for
 from .errors import (
     ApprovalRequired,
@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 __all__ = ["Decision", "Run"]
 
 _S, _O = StepState, OutcomeState
+_RUNNING = (_S.RUNNING,)
+#: the outcome's progress marks, in the order they are reached
+_RANK: dict[str, int] = {_O.RUNNING: 0, _O.GENERATED: 1, _O.DELIVERED: 2}
 Execute = Callable[[str], str]
 Lookup = Callable[[str], LookupResult]
 Verify = Callable[[str, str], bool]
@@ -99,6 +102,9 @@ class Run:
         self._stop = threading.Event()
         self.lost = threading.Event()
         self.on_lost: Callable[[], None] | None = None
+        self._crash_point = injector()  # drills and tests: RETRYSAFE_CRASH_AT
+        #: the furthest progress mark this run knows its outcome has reached
+        self._mark = outcome.state if outcome is not None else ""
 
     @classmethod
     def finished(cls, engine: Engine, job: Job, outcome: OutcomeRecord) -> Run:
@@ -252,22 +258,34 @@ class Run:
         """
         skey = self._step_key(name, item)
         expect = [step.state if step else None]
-        self.ledger.move_step(self._attempt(), skey, _S.BLOCKED, name=name, item=item or "",
-                              expect=expect, reason=reason, **fields)
+        self._move(skey, _S.BLOCKED, name=name, item=item, expect=expect, reason=reason,
+                   **fields)
         self._log(skey, "block", reason)
         cls = ApprovalRequired if approval else StepBlocked
         return cls(f"step {name} of {self.key} is blocked: {reason}; to unblock: {unblock}",
                    key=self.key, step=name, unblock=unblock)
 
+    def _move(self, skey: str, to: str, *, name: str, item: str | None,
+              outcome_state: str | None = None, **changes: Any) -> None:
+        """Move one of this attempt's steps in the ledger (fenced, conditional)."""
+        mark = outcome_state
+        if mark is not None and _RANK.get(self._mark, -1) >= _RANK[mark]:
+            mark = None  # this attempt already moved the outcome at least this far
+        self.ledger.move_step(self._attempt(), skey, to, name=name, item=item or "",
+                              outcome_state=mark, **changes)
+        if mark is not None:
+            self._mark = mark
+
     def intent(self, name: str, effect_class: str | EffectClass, *, item: str | None = None,
                check: str | None = None, connector: str | None = None,
                fingerprint: str | None = None, kind: str = "effect",
                runner_pid: int | None = None,
-               step: StepRecord | EllipsisType | None = ...) -> StepRecord:
+               step: StepRecord | EllipsisType | None = ...) -> None:
         """Write-ahead ``running`` (step 5): durable before the external call.
 
-        ``step`` is the step as the caller just read it; the write itself refuses
-        any change since, so passing it only saves a read.
+        ``step`` is the step as the caller just read it (``None``: it does not
+        exist yet); the write itself refuses any change since, so passing it
+        only saves a read.
         """
         skey = self._step_key(name, item)
         step = self.ledger.step(skey) if isinstance(step, EllipsisType) else step
@@ -278,58 +296,58 @@ class Run:
         if step is not None and step.state in (_S.DONE, _S.BLOCKED):
             raise InvalidInput(f"step {name} of {self.key} is {step.state}; nothing to start",
                                key=self.key, step=name, state=step.state)
-        crash_point(name, "before-intent")
-        fields: dict[str, Any] = {"effect_class": str(effect_class)}
+        self._intent(skey, name, item, str(effect_class), step.state if step else None,
+                     check=check, connector=connector, fingerprint=fingerprint, kind=kind,
+                     runner_pid=runner_pid)
+
+    def _intent(self, skey: str, name: str, item: str | None, effect_class: str,
+                expect: str | None, *, check: str | None = None, connector: str | None = None,
+                fingerprint: str | None = None, kind: str = "effect",
+                runner_pid: int | None = None) -> None:
+        self._crash_point(name, "before-intent")
+        fields: dict[str, Any] = {"effect_class": effect_class}
         if check is not None:
             fields["check_cmd"] = check
         if connector is not None:
             fields["connector"] = connector
         if fingerprint is not None:
             fields["fingerprint"] = fingerprint
-        got = self.ledger.move_step(
-            self._attempt(), skey, _S.RUNNING, name=name, item=item or "", kind=kind,
-            expect=[step.state if step else None], runner=this_holder(runner_pid),
-            reason=f"attempt {self.number} started it", **fields,
-        )
+        self._move(skey, _S.RUNNING, name=name, item=item, kind=kind, expect=(expect,),
+                   runner=this_holder(runner_pid), reason=f"attempt {self.number} started it",
+                   **fields)
         self._log(skey, "intent", "running")
-        crash_point(name, "after-intent")
-        return got  # type: ignore[no-any-return]
+        self._crash_point(name, "after-intent")
 
     def record(self, name: str, evidence: str, *, item: str | None = None,
-               outcome_state: str = _O.DELIVERED, **fields: Any) -> StepRecord:
+               outcome_state: str = _O.DELIVERED, **fields: Any) -> None:
         """Evidence and ``done``, immediately after success (step 7)."""
-        skey = self._step_key(name, item)
-        got = self.ledger.move_step(self._attempt(), skey, _S.DONE, name=name, item=item or "",
-                                    expect=[_S.RUNNING], evidence=evidence,
-                                    outcome_state=outcome_state, reason="", **fields)
+        self._record(self._step_key(name, item), name, item, evidence, outcome_state, **fields)
+
+    def _record(self, skey: str, name: str, item: str | None, evidence: str,
+                outcome_state: str = _O.DELIVERED, **fields: Any) -> None:
+        self._move(skey, _S.DONE, name=name, item=item, expect=_RUNNING, evidence=evidence,
+                   outcome_state=outcome_state, reason="", **fields)
         self._log(skey, "record", "done", evidence=evidence)
-        crash_point(name, "after-record")
-        return got  # type: ignore[no-any-return]
+        self._crash_point(name, "after-record")
 
-    def mark_unknown(self, name: str, reason: str, *, item: str | None = None) -> StepRecord:
+    def mark_unknown(self, name: str, reason: str, *, item: str | None = None) -> None:
         skey = self._step_key(name, item)
-        got = self.ledger.move_step(self._attempt(), skey, _S.UNKNOWN, name=name,
-                                    item=item or "", expect=[_S.RUNNING], reason=reason)
+        self._move(skey, _S.UNKNOWN, name=name, item=item, expect=_RUNNING, reason=reason)
         self._log(skey, "unknown", reason)
-        return got  # type: ignore[no-any-return]
 
-    def mark_failed(self, name: str, reason: str, *, item: str | None = None) -> StepRecord:
+    def mark_failed(self, name: str, reason: str, *, item: str | None = None) -> None:
         skey = self._step_key(name, item)
-        got = self.ledger.move_step(self._attempt(), skey, _S.FAILED, name=name,
-                                    item=item or "", expect=[_S.RUNNING], reason=reason)
+        self._move(skey, _S.FAILED, name=name, item=item, expect=_RUNNING, reason=reason)
         self._log(skey, "fail", reason)
-        return got  # type: ignore[no-any-return]
 
     def settle_found(self, name: str, evidence: str, *, item: str | None = None,
-                     how: str = "lookup") -> StepRecord:
+                     how: str = "lookup") -> None:
         """A lookup found the effect: record it without executing."""
         skey = self._step_key(name, item)
         step = self.ledger.step(skey)
-        got = self.ledger.move_step(self._attempt(), skey, _S.DONE, name=name, item=item or "",
-                                    expect=[step.state if step else None], evidence=evidence,
-                                    outcome_state=_O.DELIVERED, reason=f"found by {how}")
+        self._move(skey, _S.DONE, name=name, item=item, expect=(step.state if step else None,),
+                   evidence=evidence, outcome_state=_O.DELIVERED, reason=f"found by {how}")
         self._log(skey, "lookup", "found", evidence=evidence)
-        return got  # type: ignore[no-any-return]
 
     # --- the whole algorithm -----------------------------------------------------
 
@@ -367,6 +385,17 @@ class Run:
         cls = parse_class(str(effect_class))
         skey = self._step_key(name, item)
         fp = fingerprint(payload) if payload is not None else None
+        if not self.read_only and not policy_for(cls, self.job.classes).approval:
+            # The common case is a step this outcome has never seen: write the
+            # intent straight away, without reading first. The write only
+            # creates the step; if it exists, it is read and decided below.
+            try:
+                self._intent(skey, name, item, cls, None, check=check, connector=connector_name,
+                             fingerprint=fp)
+            except Busy:
+                pass
+            else:
+                return self._perform(skey, name, item, execute)
         step = self.ledger.step(skey)
         if fp and step is not None and step.fingerprint and step.fingerprint != fp:
             if self.read_only or not (allow_update and connector is not None and connector.updatable
@@ -379,10 +408,9 @@ class Run:
                     key=self.key, step=name, state=step.state)
             assert connector is not None and payload is not None
             evidence = connector.update(skey, payload)
-            crash_point(name, "after-execute")
-            self.ledger.move_step(self._attempt(), skey, _S.DONE, name=name, item=item or "",
-                                  expect=[_S.DONE], evidence=evidence, fingerprint=fp,
-                                  reason="updated in place")
+            self._crash_point(name, "after-execute")
+            self._move(skey, _S.DONE, name=name, item=item, expect=[_S.DONE], evidence=evidence,
+                       fingerprint=fp, reason="updated in place")
             self._log(skey, "update", "done", evidence=evidence)
             return evidence
         if self.read_only:
@@ -432,6 +460,11 @@ class Run:
                               effect_class=str(cls))
         self.intent(name, cls, item=item, check=check, connector=connector_name, step=step,
                     fingerprint=fp)
+        return self._perform(skey, name, item, execute)
+
+    def _perform(self, skey: str, name: str, item: str | None, execute: Execute) -> str:
+        """Steps 6-7 of the effect algorithm, after a durable intent: execute, then
+        record the evidence, or what is known of the failure."""
         try:
             evidence = execute(skey)
         except EffectFailed as exc:
@@ -453,8 +486,8 @@ class Run:
                     "the next run looks it up first",
                     key=self.key, step=name, state=_S.UNKNOWN) from exc
             raise
-        crash_point(name, "after-execute")
-        self.record(name, evidence, item=item)
+        self._crash_point(name, "after-execute")
+        self._record(skey, name, item, evidence)
         return evidence
 
     # --- generate steps ------------------------------------------------------------
@@ -512,10 +545,9 @@ class Run:
         # The artifact exists before it is accepted: note its checksum now, so a
         # crash before acceptance lets the next attempt adopt it instead of
         # calling the (expensive, non-deterministic) generator again.
-        self.ledger.move_step(self._attempt(), skey, _S.RUNNING, name=name, item=item or "",
-                              expect=[_S.RUNNING], artifact=str(out), checksum=sha256_file(out),
-                              reason="artifact produced, not yet accepted")
-        crash_point(name, "after-execute")
+        self._move(skey, _S.RUNNING, name=name, item=item, expect=_RUNNING, artifact=str(out),
+                   checksum=sha256_file(out), reason="artifact produced, not yet accepted")
+        self._crash_point(name, "after-execute")
         try:
             ok = validate(out) if validate else True
         except Exception as exc:  # noqa: BLE001 - a crashing validator rejects
@@ -557,10 +589,9 @@ class Run:
         except Exception:  # noqa: BLE001 - a crashing validator rejects; regenerate
             return None
         skey = self._step_key(name, item)
-        self.ledger.move_step(self._attempt(), skey, _S.DONE, name=name, item=item or "",
-                              expect=[step.state], evidence=step.checksum,
-                              outcome_state=_O.GENERATED,
-                              reason=f"adopted from attempt {step.attempt_id}")
+        self._move(skey, _S.DONE, name=name, item=item, expect=[step.state],
+                   evidence=step.checksum, outcome_state=_O.GENERATED,
+                   reason=f"adopted from attempt {step.attempt_id}")
         self._log(skey, "generate", "adopted", artifact=str(path))
         return path
 
@@ -643,6 +674,7 @@ class Run:
             why,
             {s.step_key: {"state": s.state, "evidence": s.evidence} for s in steps},
         )
+        self.folder.close()
         return out
 
     def _accepted_name(self, out: OutcomeRecord) -> str | None:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 
-__all__ = ["RUN_POINTS", "STEP_POINTS", "crash_point"]
+__all__ = ["RUN_POINTS", "STEP_POINTS", "crash_point", "injector"]
 
 STEP_POINTS = ("before-intent", "after-intent", "after-execute", "after-record")
 RUN_POINTS = ("after-begin", "before-closeout")
@@ -38,3 +39,16 @@ def crash_point(step: str, point: str) -> None:
     targets = _targets()
     if (step, point) in targets or (("*", point) in targets and step != "run"):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _never(step: str, point: str) -> None:
+    """No crash points are armed."""
+
+
+def injector() -> Callable[[str, str], None]:
+    """:func:`crash_point` if ``RETRYSAFE_CRASH_AT`` is set now, else a no-op.
+
+    A run takes this once when it starts, so the hot path of every step does
+    not consult the environment.
+    """
+    return crash_point if ENV in os.environ else _never

@@ -145,7 +145,7 @@ class Engine:
         run = None
         if claim.status == "started":
             assert claim.attempt is not None
-            run = Run(self, spec, claim.attempt)
+            run = Run(self, spec, claim.attempt, claim.outcome)
             run.folder.create()
             run.folder.write_status(claim.attempt.id, "running", context=dict(context or {}))
             run.folder.log(claim.attempt.id, key, "begin", "started",
@@ -170,7 +170,7 @@ class Engine:
                 key=record.outcome_key,
             )
         out = self.ledger.require_outcome(record.outcome_key)
-        return Run(self, self.config.job(out.job), record)
+        return Run(self, self.config.job(out.job), record, out)
 
 
 @contextmanager
@@ -216,6 +216,7 @@ def start(
             yield run
         except StaleAttempt:
             run.stop_heartbeat()
+            run.folder.close()
             raise
         except BaseException as exc:
             run.stop_heartbeat()

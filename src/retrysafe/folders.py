@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import HomeNotWritable
-from .fsio import append_jsonl, atomic_write_json
+from .fsio import JsonlAppender, atomic_write_json
 from .keys import check_name, slug
 
 __all__ = ["AttemptFolder", "outcome_dir"]
@@ -36,6 +36,7 @@ class AttemptFolder:
         self.key = key
         self.job = job
         self.number = number
+        self._log = JsonlAppender(self.path / "log.jsonl")
 
     def create(self) -> None:
         try:
@@ -57,8 +58,11 @@ class AttemptFolder:
 
     def log(self, attempt_id: str, step_key: str, action: str, result: str,
             *, sync: bool = False, **extra: Any) -> None:
-        """One line per action; ``sync`` flushes the whole log to disk (close-out)."""
-        append_jsonl(self.path / "log.jsonl", sync=sync, record={
+        """One line per action; ``sync`` flushes the whole log to disk (close-out).
+
+        The log stays open until :meth:`close`, so an action costs one write.
+        """
+        self._log.append(sync=sync, record={
             "time": time.time(),
             "attempt_id": attempt_id,
             "step_key": step_key,
@@ -66,6 +70,10 @@ class AttemptFolder:
             "result": result,
             **extra,
         })
+
+    def close(self) -> None:
+        """Close the log (the next :meth:`log` opens it again)."""
+        self._log.close()
 
     def write_summary(self, state: str, accepted: str | None, reason: str,
                       steps: Mapping[str, Any]) -> None:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
 __all__ = [
+    "JsonlAppender",
     "append_jsonl",
     "atomic_copy",
     "atomic_write",
@@ -87,15 +88,65 @@ def atomic_copy(src: Path, dst: Path) -> None:
     atomic_write(dst, fill)
 
 
+#: one encoder for every log line (``json.dumps`` with options builds one per call)
+_LINE = json.JSONEncoder(ensure_ascii=False)
+_string = json.encoder.encode_basestring
+
+
+def _jsonl(record: Mapping[str, Any]) -> bytes:
+    """``record`` as one JSON line. Log lines are flat (strings, numbers, ``None``),
+    written twice per effect: those are formatted directly, anything else by
+    the JSON encoder."""
+    parts = []
+    for key, value in record.items():
+        kind = type(value)
+        if kind is str:
+            text = _string(value)
+        elif kind is float or kind is int:
+            text = repr(value)
+        elif value is None:
+            text = "null"
+        else:
+            text = _LINE.encode(value)
+        parts.append(f"{_string(key)}: {text}")
+    return ("{" + ", ".join(parts) + "}\n").encode("utf-8")
+
+
 def append_jsonl(path: Path, record: Any, *, sync: bool = False) -> None:
-    line = (json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
+    """Append one JSON line to ``path`` (opened and closed for this line)."""
+    with JsonlAppender(path) as log:
+        log.append(record, sync=sync)
+
+
+class JsonlAppender:
+    """A JSON-lines file kept open for appending, one ``write`` per line.
+
+    The file is opened with ``O_APPEND`` on first use: each line lands whole at
+    the end even when several processes append to the same file.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh: BinaryIO | None = None
+
+    def append(self, record: Any, *, sync: bool = False) -> None:
+        fh = self._fh
+        if fh is None:
+            fh = self._fh = open(self.path, "ab", buffering=0)  # noqa: SIM115 - kept open
+        fh.write(_jsonl(record))
         if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+            os.fsync(fh.fileno())
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> JsonlAppender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def sha256_file(path: Path) -> str:

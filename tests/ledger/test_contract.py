@@ -154,6 +154,44 @@ def test_history_records_every_transition_with_fence_and_actor(ledger: Ledger) -
     assert [e.id for e in events] == sorted(e.id for e in events)
 
 
+def test_progress_marks_only_move_forward(ledger: Ledger) -> None:
+    """generated, then delivered; a later generate step never lowers delivered."""
+    c = claim(ledger)
+    assert c.attempt is not None
+    for name, mark in (("draft", "generated"), ("send", "delivered"), ("draft2", "generated")):
+        ledger.move_step(c.attempt, f"job:1/{name}", "running", name=name, expect=[None])
+        ledger.move_step(c.attempt, f"job:1/{name}", "done", name=name, expect=["running"],
+                         evidence="e", outcome_state=mark)
+    out = ledger.outcome("job:1")
+    assert out is not None and out.state == "delivered"
+    marks = [(e.from_state, e.to_state) for e in ledger.history("job:1") if e.kind == "outcome"]
+    assert marks == [("planned", "running"), ("running", "generated"), ("generated", "delivered")]
+
+
+def test_a_refused_move_writes_nothing(ledger: Ledger) -> None:
+    """Neither a stale fence nor an unexpected state leaves a step change or a history row."""
+    first = claim(ledger, lease=0.2)
+    assert first.attempt is not None
+    ledger.move_step(first.attempt, "job:1/s", "running", name="s", expect=[None])
+    before = ledger.history("job:1")
+    with pytest.raises(Busy):
+        ledger.move_step(first.attempt, "job:1/s", "done", name="s", expect=["unknown"],
+                         evidence="e", outcome_state="delivered")
+    assert ledger.history("job:1") == before
+    time.sleep(0.5)
+    second = claim(ledger, holder=H2)
+    assert second.attempt is not None
+    before = ledger.history("job:1")
+    with pytest.raises(StaleAttempt):
+        ledger.move_step(first.attempt, "job:1/s", "done", name="s", expect=["unknown"],
+                         evidence="e", outcome_state="delivered")
+    assert ledger.history("job:1") == before
+    step = ledger.step("job:1/s")
+    assert step is not None and step.state == "unknown" and step.evidence is None
+    out = ledger.outcome("job:1")
+    assert out is not None and out.state == "running"
+
+
 def test_resolve_found_and_absent(ledger: Ledger) -> None:
     """A human settles unknown steps: found records evidence, absent allows execution."""
     c = claim(ledger)

@@ -9,8 +9,9 @@ wrong) can never write again. Lease expiry is judged by the database's clock.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import (
@@ -29,6 +30,7 @@ from ..states import (
     StepState,
     can_move,
 )
+from . import moves
 from .backend import Backend, Tx
 from .migrations import MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION, render
 from .records import (
@@ -51,6 +53,26 @@ HolderCheck = Callable[[Holder], bool]
 """Answers "is this lease holder known to be gone?" (same host, process dead)."""
 
 _O, _S = OutcomeState, StepState
+
+
+@functools.lru_cache(maxsize=256)
+def _sources(to: str, allowed: frozenset[str | None] | None) -> tuple[str, ...]:
+    """The states a step may move to ``to`` from: the expected ones that are legal."""
+    pool = STEP_TRANSITIONS if allowed is None else allowed
+    return tuple(sorted(str(s) for s in pool
+                        if s is not None and can_move(STEP_TRANSITIONS, s, to)))
+
+
+#: progress marks only move forward: running -> generated -> delivered
+_PROGRESS = (_O.RUNNING, _O.GENERATED, _O.DELIVERED)
+
+
+@functools.lru_cache(maxsize=16)
+def _progress_sources(outcome_state: str | None) -> tuple[str, ...]:
+    """The outcome states that ``outcome_state`` (a progress mark) moves the outcome from."""
+    if not outcome_state:
+        return ()
+    return tuple(s.value for s in _PROGRESS[:_PROGRESS.index(_O(outcome_state))])
 
 
 _STEP_FIELDS = frozenset(
@@ -402,88 +424,123 @@ class LedgerCore:
         name: str,
         item: str = "",
         kind: str = "effect",
-        expect: Iterable[str] | None = None,
+        expect: Iterable[str | None] | None = None,
         runner: Holder | None = None,
         reason: str = "",
         outcome_state: str | None = None,
         **fields: Any,
-    ) -> StepRecord:
-        """Move a step to ``to`` on behalf of ``attempt``, fenced, in one transaction.
+    ) -> str | None:
+        """Move a step to ``to`` on behalf of ``attempt``, fenced, all or nothing.
 
         ``expect`` lists the states the step may be in now (``None`` for a step
         that does not exist yet); any other state is refused, so two processes
         racing on one step cannot both win. Moving to ``running`` records the
-        ``runner`` and counts a try. ``outcome_state`` moves the outcome too
-        (``generated``/``delivered``) in the same transaction.
+        ``runner`` and counts a try. ``outcome_state`` moves the outcome's
+        progress mark forward (``generated``/``delivered``) in the same write.
+
+        The write is conditional on the fence and the expected state, and never
+        reads first. When it changes nothing, the refusal says why
+        (:class:`StaleAttempt`, :class:`Busy`, :class:`InvalidInput`). Returns
+        the state the step moved from (``None``: it was created).
         """
-        bad = set(fields) - _STEP_FIELDS
-        if bad:
-            raise TypeError(f"unknown step fields {sorted(bad)}")
-        with self.backend.transaction() as tx:
-            out = self._fenced(tx, attempt)
-            allowed = set(expect) if expect is not None else None
-            runner_cols: dict[str, Any] = {}
-            if to == _S.RUNNING:
-                r = runner or attempt.holder
-                runner_cols = {"runner_host": r.host, "runner_pid": r.pid, "runner_started": r.started}
-            # The common case is one conditional write: it succeeds only from an
-            # expected (and legal) state. When it changes nothing, read why.
-            written: list[dict[str, Any]] = []
-            now_state: str | None = None
-            if allowed is None or None in allowed:
-                cols = {
-                    "step_key": step_key, "outcome_key": out.key, "name": name, "item": item,
-                    "kind": kind, "state": to, "attempt_id": attempt.id, "fence": attempt.fence,
-                    "reason": reason, "tries": 1 if to == _S.RUNNING else 0,
-                    "created_at": tx.now, "updated_at": tx.now, **runner_cols, **fields,
-                }
-                marks = ", ".join("?" for _ in cols)
-                written = tx.rows(
-                    f"INSERT INTO rs_steps ({', '.join(cols)}) VALUES ({marks})"
-                    " ON CONFLICT (step_key) DO NOTHING RETURNING *", tuple(cols.values()))
-            if not written and (allowed is None or allowed - {None}):
-                sources = sorted(
-                    s for s in (allowed if allowed is not None else STEP_TRANSITIONS)
-                    if s is not None and can_move(STEP_TRANSITIONS, s, to)
-                )
-                if sources:
-                    sets = {"previous_state": None, "state": to, "attempt_id": attempt.id,
-                            "fence": attempt.fence,
-                            "reason": reason, "updated_at": tx.now, **runner_cols, **fields}
-                    # SET sees the old row: previous_state keeps the state we moved from
-                    assign = ", ".join("previous_state = state" if c == "previous_state"
-                                       else f"{c} = ?" for c in sets)
-                    if to == _S.RUNNING:
-                        assign += ", tries = tries + 1"
-                    sets.pop("previous_state")
-                    marks = ", ".join("?" for _ in sources)
-                    written = tx.rows(
-                        f"UPDATE rs_steps SET {assign} WHERE step_key = ? AND state IN ({marks})"
-                        " RETURNING *", (*sets.values(), step_key, *sources))
-                if written:
-                    now_state = written[0]["previous_state"]
-            if not written:
-                step = self._lock_step(tx, step_key)
-                now_state = step.state if step else None
-                if allowed is not None and now_state not in allowed:
-                    raise Busy(
-                        f"step {name} of {out.key} is {now_state or 'not started'}, expected "
-                        f"{' or '.join(sorted(s or 'not started' for s in allowed))}: "
-                        "another process changed it",
-                        key=out.key, step=name, state=now_state,
-                    )
-                raise InvalidInput(
-                    f"step {name} of {out.key}: cannot move from {now_state or 'not started'} to {to}",
-                    key=out.key, step=name, state=now_state,
-                )
-            self._log(tx, out.key, kind="step", step_key=step_key, frm=now_state or "", to=to,
-                      attempt=attempt, reason=reason)
-            if outcome_state and outcome_state != out.state:
-                # progress marks only move forward: delivered is never lowered to generated
-                rank = [_O.RUNNING, _O.GENERATED, _O.DELIVERED]
-                if out.state in rank and rank.index(_O(outcome_state)) > rank.index(_O(out.state)):
-                    self._set_outcome(tx, out, outcome_state, "", attempt=attempt)
-            return step_from_row(written[0])
+        if not _STEP_FIELDS.issuperset(fields):
+            raise TypeError(f"unknown step fields {sorted(set(fields) - _STEP_FIELDS)}")
+        allowed = frozenset(expect) if expect is not None else None
+        running = to == _S.RUNNING
+        changes: dict[str, Any] = {"state": to, "attempt_id": attempt.id, "fence": attempt.fence,
+                                   "reason": reason}
+        if running:
+            r = runner or attempt.holder
+            changes.update(runner_host=r.host, runner_pid=r.pid, runner_started=r.started)
+        changes.update(fields)
+        may_insert = allowed is None or None in allowed
+        sources = _sources(to, allowed)
+        progress = _progress_sources(outcome_state)
+        key = attempt.outcome_key
+        fence = (key, attempt.fence, attempt.id)
+        if not (may_insert or sources):
+            written = None
+        elif self.backend.single_statement_moves:
+            written = self._move_in_one_statement(
+                attempt, step_key, changes, name=name, item=item, kind=kind,
+                may_insert=may_insert, sources=sources, progress=progress,
+                outcome_state=outcome_state)
+        else:
+            with self.backend.transaction() as tx:
+                now = tx.now
+                written = None
+                if may_insert and tx.run(
+                        moves.step_insert(("step_key", "outcome_key", "name", "item", "kind",
+                                           "tries", "created_at", "updated_at", *changes)),
+                        (step_key, key, name, item, kind, 1 if running else 0, now, now,
+                         *changes.values(), *fence)):
+                    written = (None,)
+                if written is None and sources:
+                    written = tx.first(moves.step_update((*changes, "updated_at"), len(sources),
+                                                         running),
+                                       (*changes.values(), now, step_key, *sources, *fence))
+                if written is None:
+                    raise self._refusal(tx, attempt, step_key, to, name, allowed)
+                actor = f"attempt-{attempt.number}"
+                tx.run(moves.STEP_EVENT, (key, step_key, now, attempt.id, attempt.fence, actor,
+                                          written[0] or "", to, reason))
+                if progress:
+                    log_mark, move_mark = moves.progress(len(progress))
+                    tx.run(log_mark, (now, attempt.id, attempt.fence, actor, outcome_state, key,
+                                      *progress))
+                    tx.run(move_mark, (outcome_state, now, key, *progress))
+        if written is None:
+            with self.backend.transaction(write=False) as tx:
+                raise self._refusal(tx, attempt, step_key, to, name, allowed)
+        return written[0]  # type: ignore[no-any-return]
+
+    def _move_in_one_statement(
+        self, attempt: AttemptRecord, step_key: str, changes: dict[str, Any], *, name: str,
+        item: str, kind: str, may_insert: bool, sources: tuple[str, ...],
+        progress: tuple[str, ...], outcome_state: str | None,
+    ) -> Sequence[Any] | None:
+        """:meth:`move_step` as one statement (see :mod:`retrysafe.ledger.moves`)."""
+        params: list[Any] = [attempt.outcome_key, attempt.fence, attempt.id]
+        insert = update = None
+        if may_insert:
+            cols = {"step_key": step_key, "outcome_key": attempt.outcome_key, "name": name,
+                    "item": item, "kind": kind, "tries": 1 if changes["state"] == _S.RUNNING else 0,
+                    **changes}
+            insert = (*cols, "created_at", "updated_at")
+            params += cols.values()
+        if sources:
+            update = (*changes, "updated_at")
+            params += [*changes.values(), step_key, *sources]
+        actor = f"attempt-{attempt.number}"
+        params.append(actor)
+        if progress:
+            params += [outcome_state, *progress, actor, outcome_state]
+        sql = moves.single_statement(self.backend.now_sql, insert, update, len(sources),
+                                     changes["state"] == _S.RUNNING, len(progress))
+        with self.backend.statement() as tx:
+            return tx.first(sql, params)
+
+    def _refusal(self, tx: Tx, attempt: AttemptRecord, step_key: str, to: str, name: str,
+                 allowed: frozenset[str | None] | None) -> Exception:
+        """Why a step move wrote nothing: a stale attempt, or a step in another state."""
+        out = self._fenced(tx, attempt)  # raises when the attempt lost its fence
+        step = self._lock_step(tx, step_key)
+        now_state = step.state if step else None
+        if allowed is not None and now_state not in allowed:
+            return Busy(
+                f"step {name} of {out.key} is {now_state or 'not started'}, expected "
+                f"{' or '.join(sorted(s or 'not started' for s in allowed))}: "
+                "another process changed it",
+                key=out.key, step=name, state=now_state,
+            )
+        if now_state is not None and can_move(STEP_TRANSITIONS, now_state, to) and (
+                allowed is None or now_state in allowed):
+            return Busy(f"step {name} of {out.key} changed while it was being moved; try again",
+                        key=out.key, step=name, state=now_state)
+        return InvalidInput(
+            f"step {name} of {out.key}: cannot move from {now_state or 'not started'} to {to}",
+            key=out.key, step=name, state=now_state,
+        )
 
     # --- reading ------------------------------------------------------------------
 

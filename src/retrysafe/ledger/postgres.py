@@ -199,6 +199,8 @@ class PostgresBackend(Backend):
     lock_clause = " FOR UPDATE"
     serial_pk = "BIGSERIAL PRIMARY KEY"
     float_type = "DOUBLE PRECISION"
+    single_statement_moves = True
+    now_sql = "extract(epoch FROM now())"
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -340,6 +342,18 @@ class PostgresBackend(Backend):
             if done != "COMMIT":  # the server answers ROLLBACK for an aborted transaction
                 raise LedgerError(f"ledger {self._shown}: the transaction was rolled back "
                                   "by the server; nothing was recorded")
+
+    @contextmanager
+    def statement(self) -> Iterator[Tx]:
+        """Autocommit: a step move is one statement, committed on its own in one
+        round trip (no BEGIN, no COMMIT)."""
+        with self._connection() as conn:
+            try:
+                yield _PgTx(conn)
+            except psycopg.Error as exc:
+                # a statement that writes also commits: a lost connection leaves
+                # its fate unknown, which the error says
+                raise self._translate(exc, in_commit=True) from None
 
     @contextmanager
     def migration_lock(self) -> Iterator[Tx]:

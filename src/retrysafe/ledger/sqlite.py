@@ -13,8 +13,8 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,46 @@ class _SqliteTx(Tx):
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         return self.conn.execute(sql, tuple(params)).rowcount
 
+    def first(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Any] | None:
+        # fetch all: a statement left half-read would stay open into COMMIT
+        found = self.conn.execute(sql, tuple(params)).fetchall()
+        return found[0] if found else None
+
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (a class, not a generator: it runs twice
+    per effect), with errors translated to the ledger's own."""
+
+    __slots__ = ("backend", "conn", "write")
+
+    def __init__(self, backend: SqliteBackend, conn: sqlite3.Connection, write: bool) -> None:
+        self.backend, self.conn, self.write = backend, conn, write
+
+    def __enter__(self) -> Tx:
+        if self.write:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise self.backend._translate(exc) from None
+        return _SqliteTx(self.conn)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:
+        conn = self.conn
+        if exc is not None:
+            if self.write and conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise self.backend._translate(exc) from None
+            return
+        if self.write:
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as err:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise self.backend._translate(err) from None
 
 
 class SqliteBackend(Backend):
@@ -89,36 +129,10 @@ class SqliteBackend(Backend):
             return LedgerError(f"ledger {self.path} is not a retrysafe ledger: {text}")
         return LedgerError(f"ledger {self.path}: {text}")
 
-    @contextmanager
-    def transaction(self, write: bool = True) -> Iterator[Tx]:
-        conn = self._conn()
-        if not write:
-            # Reads run in autocommit: each statement sees one consistent snapshot,
-            # and a BEGIN/COMMIT pair would double the cost of a one-query read.
-            try:
-                yield _SqliteTx(conn)
-            except sqlite3.Error as exc:
-                raise self._translate(exc) from None
-            return
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise self._translate(exc) from None
-        try:
-            yield _SqliteTx(conn)
-        except BaseException as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error):
-                raise self._translate(exc) from None
-            raise
-        else:
-            try:
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise self._translate(exc) from None
+    def transaction(self, write: bool = True) -> AbstractContextManager[Tx]:
+        # Reads run in autocommit: each statement sees one consistent snapshot,
+        # and a BEGIN/COMMIT pair would double the cost of a one-query read.
+        return _Transaction(self, self._conn(), write)
 
     def has_table(self, tx: Tx, name: str) -> bool:
         return tx.one("SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = ?",

@@ -1,0 +1,136 @@
+"""The SQL of one step move: a fenced, conditional write and its history.
+
+A step moves at least twice per effect (intent and record), so this is the
+ledger's hot path. Every statement here is built once per shape and cached,
+and each carries its own guards, so a move never reads before it writes:
+
+* the **fence**: the write applies only while the attempt still holds the
+  outcome's current fencing token (``EXISTS`` on the outcome row);
+* the **expected state**: a step is created only if it does not exist, and
+  moved only from one of the states the caller expects.
+
+Two forms, one meaning:
+
+* :func:`single_statement` (PostgreSQL): one statement with data-modifying
+  ``WITH`` clauses. It locks the outcome row only if the attempt holds the
+  fence, writes the step, appends the history row and moves the outcome's
+  progress mark, all or nothing, in one round trip and one implicit
+  transaction, timed by the server's clock.
+* :func:`step_insert`, :func:`step_update`, :data:`STEP_EVENT` and
+  :func:`progress` (SQLite, which has no writable ``WITH``): the same writes
+  as separate statements inside one ``BEGIN IMMEDIATE`` transaction, which
+  holds the database's only write lock.
+
+Either way a move that writes no step changed nothing; the caller then reads
+why (a stale fence, or a step in another state) and raises.
+"""
+
+from __future__ import annotations
+
+import functools
+
+__all__ = ["EVENT_COLUMNS", "STEP_EVENT", "progress", "single_statement", "step_insert",
+           "step_update"]
+
+EVENT_COLUMNS = ("outcome_key, step_key, at, attempt_id, fence, actor, kind, from_state,"
+                 " to_state, reason")
+#: the history row of a step move: outcome key, step key, time, attempt id, fence,
+#: actor, from state, to state, reason
+STEP_EVENT = (f"INSERT INTO rs_events ({EVENT_COLUMNS})"
+              " VALUES (?, ?, ?, ?, ?, ?, 'step', ?, ?, ?)")
+#: true while the attempt (the last three parameters: key, fence, attempt id) holds
+#: the outcome's current fencing token
+_FENCED = ("EXISTS (SELECT 1 FROM rs_outcomes WHERE key = ? AND fence = ?"
+           " AND current_attempt = ?)")
+
+
+@functools.lru_cache(maxsize=256)
+def step_insert(columns: tuple[str, ...]) -> str:
+    """Create the step, fenced; nothing if it already exists (see the row count).
+
+    Parameters: the columns' values, then the fence (key, fence, attempt id).
+    """
+    return (f"INSERT INTO rs_steps ({', '.join(columns)}) SELECT {', '.join('?' * len(columns))}"
+            f" WHERE {_FENCED} ON CONFLICT (step_key) DO NOTHING")
+
+
+def _assignments(columns: tuple[str, ...], count_try: bool) -> str:
+    # SET sees the old row: previous_state keeps the state the step moves from
+    assign = ", ".join(["previous_state = rs_steps.state", *(f"{c} = ?" for c in columns)])
+    return assign + (", tries = rs_steps.tries + 1" if count_try else "")
+
+
+@functools.lru_cache(maxsize=256)
+def step_update(columns: tuple[str, ...], sources: int, count_try: bool) -> str:
+    """Move an existing step, fenced, only from one of ``sources`` states.
+
+    Parameters: the columns' values, the step key, the source states, then
+    the fence. Returns the state the step moved from, or no row.
+    """
+    return (f"UPDATE rs_steps SET {_assignments(columns, count_try)} WHERE step_key = ?"
+            f" AND state IN ({', '.join('?' * sources)}) AND {_FENCED} RETURNING previous_state")
+
+
+@functools.lru_cache(maxsize=16)
+def progress(sources: int) -> tuple[str, str]:
+    """Move the outcome's progress mark forward: its history row, then the move.
+
+    The history row is written first, from the outcome's state before the
+    move; both statements apply only when that state is one of ``sources``.
+    Parameters of the first: time, attempt id, fence, actor, new state, key,
+    sources; of the second: new state, time, key, sources.
+    """
+    marks = ", ".join("?" * sources)
+    return (f"INSERT INTO rs_events ({EVENT_COLUMNS}) SELECT key, '', ?, ?, ?, ?, 'outcome',"
+            f" state, ?, '' FROM rs_outcomes WHERE key = ? AND state IN ({marks})",
+            "UPDATE rs_outcomes SET state = ?, reason = '', updated_at = ?"
+            f" WHERE key = ? AND state IN ({marks})")
+
+
+@functools.lru_cache(maxsize=256)
+def single_statement(
+    now: str,
+    insert: tuple[str, ...] | None,
+    update: tuple[str, ...] | None,
+    sources: int,
+    count_try: bool,
+    progress_sources: int,
+) -> str:
+    """The whole move as one statement; ``now`` is the database clock as an expression.
+
+    Parameters, in order: outcome key, fence, attempt id (the fence check);
+    the inserted columns' values (when ``insert``); the updated columns'
+    values, the step key and the ``sources`` states (when ``update``); the
+    history row's actor; and, when ``progress_sources``, the outcome's new
+    state, the states it may move from, then the actor and the new state
+    again for the outcome's history row. The result is one row holding the
+    state the step moved from (``NULL`` when it was created), or no row.
+    """
+    parts = ["f AS (SELECT key, state FROM rs_outcomes"
+             " WHERE key = ? AND fence = ? AND current_attempt = ? FOR UPDATE)"]
+    written = []
+    if insert is not None:
+        values = ", ".join(now if c in ("created_at", "updated_at") else "?" for c in insert)
+        parts.append(f"i AS (INSERT INTO rs_steps ({', '.join(insert)}) SELECT {values} FROM f"
+                     " ON CONFLICT (step_key) DO NOTHING RETURNING *)")
+        written.append("SELECT * FROM i")
+    if update is not None:
+        assign = _assignments(update, count_try).replace("updated_at = ?", f"updated_at = {now}")
+        # a step that did not exist when the statement began cannot be updated by it:
+        # an insert above and this update never both write
+        parts.append(f"u AS (UPDATE rs_steps SET {assign} FROM f WHERE step_key = ?"
+                     f" AND rs_steps.state IN ({', '.join('?' * sources)}) RETURNING rs_steps.*)")
+        written.append("SELECT * FROM u")
+    parts.append(f"w AS ({' UNION ALL '.join(written)})")
+    parts.append(f"e AS (INSERT INTO rs_events ({EVENT_COLUMNS}) SELECT outcome_key, step_key,"
+                 f" {now}, attempt_id, fence, ?, 'step', COALESCE(previous_state, ''), state, reason"
+                 " FROM w)")
+    if progress_sources:
+        # progress marks only move forward (running -> generated -> delivered)
+        parts.append(f"o AS (UPDATE rs_outcomes SET state = ?, reason = '', updated_at = {now}"
+                     " FROM f WHERE rs_outcomes.key = f.key AND EXISTS (SELECT 1 FROM w)"
+                     f" AND f.state IN ({', '.join('?' * progress_sources)})"
+                     " RETURNING f.key AS key, f.state AS old)")
+        parts.append(f"oe AS (INSERT INTO rs_events ({EVENT_COLUMNS}) SELECT o.key, '', {now},"
+                     " w.attempt_id, w.fence, ?, 'outcome', o.old, ?, '' FROM o, w)")
+    return "WITH " + ",\n".join(parts) + "\nSELECT previous_state FROM w"
