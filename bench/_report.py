@@ -61,13 +61,14 @@ def anatomy_table(results: dict[str, Any]) -> list[str]:
         ("statements", "SQL statements (without BEGIN/COMMIT)"),
         ("selects", "of which SELECT"),
         ("writes", "of which INSERT/UPDATE"),
+        ("trigger_writes", "history rows written by a trigger, inside those"),
         ("file_fsyncs", "fsync of files outside the database"),
         ("durable_syncs", "durable syncs in all (WAL commits + fsyncs)"),
     ]
     lines = ["| per guarded effect (SQLite, counted) | retrysafe | plain sqlite3 |",
              "|---|---:|---:|"]
     for key, label in labels:
-        lines.append(f"| {label} | {lib[key]:g} | {base[key]:g} |")
+        lines.append(f"| {label} | {lib.get(key, 0):g} | {base.get(key, 0):g} |")
     return lines
 
 

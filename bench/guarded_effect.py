@@ -168,30 +168,64 @@ def baseline_sqlite(n: int, workdir: Path) -> float:
 
 
 class _Counter:
-    """Counts what one side does per effect: statements by kind, fsyncs of plain files."""
+    """Counts what one side does per effect: statements by kind, fsyncs of plain files.
 
-    def __init__(self) -> None:
+    A write outside ``BEGIN`` commits on its own (an implicit transaction).
+    SQLite's trace repeats a statement's text for each trigger it fires; a
+    repeat of the previous statement is therefore not counted again (each
+    statement here has its own step key, so a real repeat never happens).
+    History rows written by triggers are counted from the table instead
+    (``history_rows``, set by the caller).
+    """
+
+    def __init__(self, autocommit: bool = True) -> None:
         self.kinds: dict[str, int] = {}
         self.fsyncs = 0
+        self.implicit = 0
+        self.history_inserts = 0
+        self.history_rows: int | None = None
+        self._in_tx = False
+        self._last = ""
+        #: False where statements are counted before the BEGIN that preceded them
+        #: (psycopg's implicit transactions, counted at commit)
+        self.autocommit = autocommit
 
     def statement(self, sql: str) -> None:
+        if sql == self._last and not sql.startswith(("BEGIN", "COMMIT")):
+            return
+        self._last = sql
         words = sql.split()
-        kind = " ".join(words[:2]).upper() if words[:1] == ["BEGIN"] else words[0].upper()
+        if not words:
+            return
+        kind = " ".join(words[:2]).upper() if words[0] == "BEGIN" else words[0].upper()
+        if kind.startswith("BEGIN"):
+            self._in_tx = True
+        elif kind in ("COMMIT", "ROLLBACK"):
+            self._in_tx = False
+        elif kind in ("INSERT", "UPDATE", "DELETE", "WITH") and self.autocommit \
+                and not self._in_tx:
+            self.implicit += 1
+        if sql.startswith(("INSERT INTO rs_events", "INSERT INTO base_events")):
+            self.history_inserts += 1
         self.kinds[kind] = self.kinds.get(kind, 0) + 1
 
     def per_effect(self, n: int) -> dict[str, float]:
         k = {name: count / n for name, count in self.kinds.items()}
         begins = sum(v for name, v in k.items() if name.startswith("BEGIN"))
+        implicit = self.implicit / n
+        writes = k.get("BEGIN IMMEDIATE", 0.0) + implicit
+        rows = self.history_rows if self.history_rows is not None else self.history_inserts
         return {
-            "transactions": begins,
-            "write_transactions": k.get("BEGIN IMMEDIATE", 0.0),
+            "transactions": begins + implicit,
+            "write_transactions": writes,
             "read_transactions": begins - k.get("BEGIN IMMEDIATE", 0.0),
             "statements": sum(v for name, v in k.items()
                               if not name.startswith(("BEGIN", "COMMIT", "ROLLBACK"))),
             "selects": k.get("SELECT", 0.0),
-            "writes": k.get("INSERT", 0.0) + k.get("UPDATE", 0.0),
+            "writes": k.get("INSERT", 0.0) + k.get("UPDATE", 0.0) + k.get("WITH", 0.0),
+            "trigger_writes": (rows - self.history_inserts) / n,
             # SQLite syncs its WAL once per write commit (synchronous=FULL)
-            "durable_syncs": k.get("BEGIN IMMEDIATE", 0.0) + self.fsyncs / n,
+            "durable_syncs": writes + self.fsyncs / n,
             "file_fsyncs": self.fsyncs / n,
             # on a client/server database every statement, BEGIN and COMMIT is a round trip
             "round_trips": sum(k.values()),
@@ -233,12 +267,14 @@ def anatomy(n: int, workdir: Path) -> dict[str, dict[str, float]]:
             run.effect("warm", "local_write", execute=_execute)
             backend: Any = run.engine.ledger.backend
             conn = backend._conn()  # the SQLite connection this thread's transactions use
+            before = conn.execute("SELECT COUNT(*) FROM rs_events").fetchone()[0]
             conn.set_trace_callback(lib.statement)
             counting.append(lib)
             for i in range(n):
                 run.effect(f"s{i}", "local_write", execute=_execute)
             counting.clear()
             conn.set_trace_callback(None)
+            lib.history_rows = conn.execute("SELECT COUNT(*) FROM rs_events").fetchone()[0] - before
         bconn = sqlite3.connect(home / "base.sqlite3", isolation_level=None)
         bconn.execute("PRAGMA journal_mode = WAL")
         bconn.execute("PRAGMA synchronous = FULL")
@@ -359,7 +395,7 @@ def pg_anatomy(url: str, home: Path, n: int = 30) -> dict[str, dict[str, float]]
     """
     import psycopg
 
-    lib, base = _Counter(), _Counter()
+    lib, base = _Counter(), _Counter(autocommit=False)
     counting: list[_Counter] = []
     real_execute = psycopg.Connection.execute
     real_transaction = psycopg.Connection.transaction
@@ -528,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
             print("  per effect       retrysafe  sqlite3")
             lib, base = result["per_effect"]["library"], result["per_effect"]["baseline"]
             for key in ("transactions", "read_transactions", "statements", "selects",
-                        "durable_syncs", "file_fsyncs"):
+                        "trigger_writes", "durable_syncs", "file_fsyncs"):
                 print(f"    {key:<17} {lib[key]:6.1f}  {base[key]:6.1f}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

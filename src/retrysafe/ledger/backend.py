@@ -32,11 +32,6 @@ class Tx(ABC):
         found = self.rows(sql, params)
         return found[0] if found else None
 
-    def first(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Any] | None:
-        """The first row, positionally (columns in the order the statement names them)."""
-        row = self.one(sql, params)
-        return tuple(row.values()) if row is not None else None
-
 
 
 class Backend(ABC):
@@ -49,8 +44,8 @@ class Backend(ABC):
     serial_pk: str
     #: DDL type for a floating point timestamp
     float_type: str = "DOUBLE PRECISION"
-    #: can a step move be one statement (writable ``WITH``, see ``ledger/moves.py``)?
-    #: Such backends provide :meth:`statement` and :attr:`now_sql`.
+    #: can a step move, its history and the progress mark be one statement
+    #: (writable ``WITH``, see ``ledger/moves.py``)? Such backends provide :attr:`now_sql`.
     single_statement_moves: bool = False
     #: the database's clock as an SQL expression, in seconds since the epoch
     now_sql: str = ""
@@ -71,13 +66,13 @@ class Backend(ABC):
     def has_table(self, tx: Tx, name: str) -> bool:
         """Does the table exist? (Read-only: opening a ledger must not write.)"""
 
+    @abstractmethod
     def statement(self) -> AbstractContextManager[Tx]:
         """A connection on which each statement commits on its own (autocommit).
 
         For a write that is one statement; if the connection is lost while it
         runs, the write may or may not have been applied.
         """
-        raise NotImplementedError(f"{self.name} ledgers move steps in transactions")
 
     def migration_lock(self) -> AbstractContextManager[Tx]:
         """The transaction migrations run in (PostgreSQL adds an advisory lock)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..errors import (
@@ -32,7 +32,7 @@ from ..states import (
 )
 from . import moves
 from .backend import Backend, Tx
-from .migrations import MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION, render
+from .migrations import MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION, render, statements
 from .records import (
     AttemptRecord,
     Claim,
@@ -148,7 +148,7 @@ class LedgerCore:
             for version, name, script in MIGRATIONS:
                 if version <= current:
                     continue
-                for stmt in self.backend.iter_split(render(self.backend, script)):
+                for stmt in statements(self.backend, script):
                     tx.run(stmt)
                 tx.run(
                     "INSERT INTO rs_schema (version, name, applied_at) VALUES (?, ?, ?)",
@@ -429,7 +429,7 @@ class LedgerCore:
         reason: str = "",
         outcome_state: str | None = None,
         **fields: Any,
-    ) -> str | None:
+    ) -> None:
         """Move a step to ``to`` on behalf of ``attempt``, fenced, all or nothing.
 
         ``expect`` lists the states the step may be in now (``None`` for a step
@@ -440,8 +440,7 @@ class LedgerCore:
 
         The write is conditional on the fence and the expected state, and never
         reads first. When it changes nothing, the refusal says why
-        (:class:`StaleAttempt`, :class:`Busy`, :class:`InvalidInput`). Returns
-        the state the step moved from (``None``: it was created).
+        (:class:`StaleAttempt`, :class:`Busy`, :class:`InvalidInput`).
         """
         if not _STEP_FIELDS.issuperset(fields):
             raise TypeError(f"unknown step fields {sorted(set(fields) - _STEP_FIELDS)}")
@@ -459,47 +458,42 @@ class LedgerCore:
         key = attempt.outcome_key
         fence = (key, attempt.fence, attempt.id)
         if not (may_insert or sources):
-            written = None
+            written = False
         elif self.backend.single_statement_moves:
             written = self._move_in_one_statement(
                 attempt, step_key, changes, name=name, item=item, kind=kind,
                 may_insert=may_insert, sources=sources, progress=progress,
                 outcome_state=outcome_state)
         else:
-            with self.backend.transaction() as tx:
+            # One statement commits on its own; moving the progress mark too takes
+            # a transaction around the three statements.
+            with self.backend.transaction() if progress else self.backend.statement() as tx:
                 now = tx.now
-                written = None
-                if may_insert and tx.run(
-                        moves.step_insert(("step_key", "outcome_key", "name", "item", "kind",
-                                           "tries", "created_at", "updated_at", *changes)),
-                        (step_key, key, name, item, kind, 1 if running else 0, now, now,
-                         *changes.values(), *fence)):
-                    written = (None,)
-                if written is None and sources:
-                    written = tx.first(moves.step_update((*changes, "updated_at"), len(sources),
-                                                         running),
-                                       (*changes.values(), now, step_key, *sources, *fence))
-                if written is None:
-                    raise self._refusal(tx, attempt, step_key, to, name, allowed)
-                actor = f"attempt-{attempt.number}"
-                tx.run(moves.STEP_EVENT, (key, step_key, now, attempt.id, attempt.fence, actor,
-                                          written[0] or "", to, reason))
-                if progress:
+                written = may_insert and tx.run(
+                    moves.step_insert(("step_key", "outcome_key", "name", "item", "kind", "tries",
+                                       "created_at", "updated_at", *changes)),
+                    (step_key, key, name, item, kind, 1 if running else 0, now, now,
+                     *changes.values(), *fence)) > 0
+                if not written and sources:
+                    written = tx.run(
+                        moves.step_update((*changes, "updated_at"), len(sources), running),
+                        (*changes.values(), now, step_key, *sources, *fence)) > 0
+                if written and progress:
                     log_mark, move_mark = moves.progress(len(progress))
-                    tx.run(log_mark, (now, attempt.id, attempt.fence, actor, outcome_state, key,
-                                      *progress))
+                    tx.run(log_mark, (now, attempt.id, attempt.fence, f"attempt-{attempt.number}",
+                                      outcome_state, key, *progress))
                     tx.run(move_mark, (outcome_state, now, key, *progress))
-        if written is None:
+        if not written:
             with self.backend.transaction(write=False) as tx:
                 raise self._refusal(tx, attempt, step_key, to, name, allowed)
-        return written[0]  # type: ignore[no-any-return]
 
     def _move_in_one_statement(
         self, attempt: AttemptRecord, step_key: str, changes: dict[str, Any], *, name: str,
         item: str, kind: str, may_insert: bool, sources: tuple[str, ...],
         progress: tuple[str, ...], outcome_state: str | None,
-    ) -> Sequence[Any] | None:
-        """:meth:`move_step` as one statement (see :mod:`retrysafe.ledger.moves`)."""
+    ) -> bool:
+        """:meth:`move_step` as one statement (see :mod:`retrysafe.ledger.moves`);
+        did it write?"""
         params: list[Any] = [attempt.outcome_key, attempt.fence, attempt.id]
         insert = update = None
         if may_insert:
@@ -518,7 +512,7 @@ class LedgerCore:
         sql = moves.single_statement(self.backend.now_sql, insert, update, len(sources),
                                      changes["state"] == _S.RUNNING, len(progress))
         with self.backend.statement() as tx:
-            return tx.first(sql, params)
+            return tx.one(sql, params) is not None
 
     def _refusal(self, tx: Tx, attempt: AttemptRecord, step_key: str, to: str, name: str,
                  allowed: frozenset[str | None] | None) -> Exception:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .backend import Backend
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "statements"]
 
 _V1 = """
 CREATE TABLE rs_outcomes (
@@ -89,9 +89,35 @@ _V2 = """
 ALTER TABLE rs_steps ADD COLUMN previous_state TEXT
 """
 
-MIGRATIONS: list[tuple[int, str, str]] = [
+# SQLite has no writable WITH, so it cannot write a step and its history row in
+# one statement as PostgreSQL does (ledger/moves.py); these triggers write the
+# history row of every step move instead, in the move's own statement. They
+# fire only for moves made on behalf of an attempt: a step created with an
+# attempt, or an update that sets previous_state (which only a move does).
+# Human decisions and lease breaks write their history rows themselves.
+_STEP_EVENT = """
+INSERT INTO rs_events (outcome_key, step_key, at, attempt_id, fence, actor, kind, from_state,
+                       to_state, reason)
+VALUES (NEW.outcome_key, NEW.step_key, NEW.updated_at, NEW.attempt_id, NEW.fence,
+        COALESCE((SELECT 'attempt-' || number FROM rs_attempts WHERE id = NEW.attempt_id),
+                 'retrysafe'),
+        'step', {frm}, NEW.state, NEW.reason);
+"""
+_V3_SQLITE = [
+    "CREATE TRIGGER rs_steps_created AFTER INSERT ON rs_steps"
+    " WHEN NEW.attempt_id IS NOT NULL BEGIN" + _STEP_EVENT.format(frm="''") + "END",
+    "CREATE TRIGGER rs_steps_moved AFTER UPDATE OF previous_state ON rs_steps BEGIN"
+    + _STEP_EVENT.format(frm="NEW.previous_state") + "END",
+]
+
+Script = str | dict[str, list[str]]
+"""A migration: one script for every backend (statements split on ``;``), or
+each backend's own statements, by backend name (a backend not named has none)."""
+
+MIGRATIONS: list[tuple[int, str, Script]] = [
     (1, "outcomes, attempts, steps and history", _V1),
     (2, "steps remember the state of their last transition (one-statement moves)", _V2),
+    (3, "SQLite: step moves write their own history rows", {"sqlite": _V3_SQLITE}),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -106,3 +132,10 @@ CREATE TABLE IF NOT EXISTS rs_schema (
 
 def render(backend: Backend, script: str) -> str:
     return script.format(float=backend.float_type, serial=backend.serial_pk)
+
+
+def statements(backend: Backend, script: Script) -> list[str]:
+    """The statements ``script`` runs on ``backend``."""
+    if isinstance(script, dict):
+        return list(script.get(backend.name, []))
+    return list(backend.iter_split(render(backend, script)))

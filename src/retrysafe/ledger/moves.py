@@ -16,10 +16,11 @@ Two forms, one meaning:
   fence, writes the step, appends the history row and moves the outcome's
   progress mark, all or nothing, in one round trip and one implicit
   transaction, timed by the server's clock.
-* :func:`step_insert`, :func:`step_update`, :data:`STEP_EVENT` and
-  :func:`progress` (SQLite, which has no writable ``WITH``): the same writes
-  as separate statements inside one ``BEGIN IMMEDIATE`` transaction, which
-  holds the database's only write lock.
+* :func:`step_insert` or :func:`step_update` (SQLite, which has no writable
+  ``WITH``): the step write alone, committed on its own; the ledger's
+  triggers (migration 3) append its history row within that statement.
+  When the outcome's progress mark moves too, :func:`progress` adds two
+  statements and all three run in one ``BEGIN IMMEDIATE`` transaction.
 
 Either way a move that writes no step changed nothing; the caller then reads
 why (a stale fence, or a step in another state) and raises.
@@ -29,15 +30,10 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["EVENT_COLUMNS", "STEP_EVENT", "progress", "single_statement", "step_insert",
-           "step_update"]
+__all__ = ["EVENT_COLUMNS", "progress", "single_statement", "step_insert", "step_update"]
 
 EVENT_COLUMNS = ("outcome_key, step_key, at, attempt_id, fence, actor, kind, from_state,"
                  " to_state, reason")
-#: the history row of a step move: outcome key, step key, time, attempt id, fence,
-#: actor, from state, to state, reason
-STEP_EVENT = (f"INSERT INTO rs_events ({EVENT_COLUMNS})"
-              " VALUES (?, ?, ?, ?, ?, ?, 'step', ?, ?, ?)")
 #: true while the attempt (the last three parameters: key, fence, attempt id) holds
 #: the outcome's current fencing token
 _FENCED = ("EXISTS (SELECT 1 FROM rs_outcomes WHERE key = ? AND fence = ?"
@@ -65,10 +61,10 @@ def step_update(columns: tuple[str, ...], sources: int, count_try: bool) -> str:
     """Move an existing step, fenced, only from one of ``sources`` states.
 
     Parameters: the columns' values, the step key, the source states, then
-    the fence. Returns the state the step moved from, or no row.
+    the fence (see the row count).
     """
     return (f"UPDATE rs_steps SET {_assignments(columns, count_try)} WHERE step_key = ?"
-            f" AND state IN ({', '.join('?' * sources)}) AND {_FENCED} RETURNING previous_state")
+            f" AND state IN ({', '.join('?' * sources)}) AND {_FENCED}")
 
 
 @functools.lru_cache(maxsize=16)
@@ -103,8 +99,8 @@ def single_statement(
     values, the step key and the ``sources`` states (when ``update``); the
     history row's actor; and, when ``progress_sources``, the outcome's new
     state, the states it may move from, then the actor and the new state
-    again for the outcome's history row. The result is one row holding the
-    state the step moved from (``NULL`` when it was created), or no row.
+    again for the outcome's history row. The result is one row (the state
+    the step moved from, ``NULL`` when it was created), or none.
     """
     parts = ["f AS (SELECT key, state FROM rs_outcomes"
              " WHERE key = ? AND fence = ? AND current_attempt = ? FOR UPDATE)"]

@@ -37,11 +37,6 @@ class _SqliteTx(Tx):
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         return self.conn.execute(sql, tuple(params)).rowcount
 
-    def first(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Any] | None:
-        # fetch all: a statement left half-read would stay open into COMMIT
-        found = self.conn.execute(sql, tuple(params)).fetchall()
-        return found[0] if found else None
-
 
 
 class _Transaction:
@@ -133,6 +128,11 @@ class SqliteBackend(Backend):
         # Reads run in autocommit: each statement sees one consistent snapshot,
         # and a BEGIN/COMMIT pair would double the cost of a one-query read.
         return _Transaction(self, self._conn(), write)
+
+    def statement(self) -> AbstractContextManager[Tx]:
+        # A writing statement in autocommit takes the write lock when it starts
+        # (waiting up to the busy timeout) and commits, durably, when it ends.
+        return _Transaction(self, self._conn(), False)
 
     def has_table(self, tx: Tx, name: str) -> bool:
         return tx.one("SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = ?",
