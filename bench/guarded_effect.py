@@ -524,8 +524,8 @@ def main(argv: list[str] | None = None) -> int:
                          f"{DEFAULT_PG}. Default: SQLite.")
     ap.add_argument("--effects", type=int, default=None,
                     help="effects per round (SQLite, default 300) or per round over all "
-                         "workers (PostgreSQL, default 160)")
-    ap.add_argument("--rounds", type=int, default=None, help="rounds per side (default 7; 3 on PG)")
+                         "workers (PostgreSQL, default 800)")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds per side (default 7; 5 on PG)")
     ap.add_argument("--workers", default="1,4,16", help="PostgreSQL concurrency levels")
     ap.add_argument("--dir", help="where the ledgers go (default: the temp folder); use the "
                                   "disk you mean to measure")
@@ -538,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
             if admin == "pg":
                 admin = os.environ.get("RETRYSAFE_BENCH_PG_DSN") or DEFAULT_PG
             levels = [int(w) for w in args.workers.split(",") if w.strip()]
-            result = run_postgres(admin, args.effects or 160, args.rounds or 3, levels, workdir)
+            result = run_postgres(admin, args.effects or 800, args.rounds or 5, levels, workdir)
             print(f"guarded effect, PostgreSQL {result['server_version']} "
                   f"(synchronous_commit={result['synchronous_commit']}), "
                   f"medians of {result['rounds']} rounds:")

@@ -44,7 +44,10 @@ if TYPE_CHECKING:
 __all__ = ["Decision", "Run"]
 
 _S, _O = StepState, OutcomeState
-_RUNNING = (_S.RUNNING,)
+# Plain strings on the hot path: the sqlite3 driver binds an exact str directly,
+# an enum member only through its adaptation protocol.
+_RUNNING_V, _DONE_V = _S.RUNNING.value, _S.DONE.value
+_RUNNING = (_RUNNING_V,)
 #: the outcome's progress marks, in the order they are reached
 _RANK: dict[str, int] = {_O.RUNNING: 0, _O.GENERATED: 1, _O.DELIVERED: 2}
 Execute = Callable[[str], str]
@@ -305,14 +308,14 @@ class Run:
                 fingerprint: str | None = None, kind: str = "effect",
                 runner_pid: int | None = None) -> None:
         self._crash_point(name, "before-intent")
-        fields: dict[str, Any] = {"effect_class": effect_class}
+        fields: dict[str, Any] = {"effect_class": str(effect_class)}
         if check is not None:
             fields["check_cmd"] = check
         if connector is not None:
             fields["connector"] = connector
         if fingerprint is not None:
             fields["fingerprint"] = fingerprint
-        self._move(skey, _S.RUNNING, name=name, item=item, kind=kind, expect=(expect,),
+        self._move(skey, _RUNNING_V, name=name, item=item, kind=kind, expect=(expect,),
                    runner=this_holder(runner_pid), reason=f"attempt {self.number} started it",
                    **fields)
         self._log(skey, "intent", "running")
@@ -325,7 +328,7 @@ class Run:
 
     def _record(self, skey: str, name: str, item: str | None, evidence: str,
                 outcome_state: str = _O.DELIVERED, **fields: Any) -> None:
-        self._move(skey, _S.DONE, name=name, item=item, expect=_RUNNING, evidence=evidence,
+        self._move(skey, _DONE_V, name=name, item=item, expect=_RUNNING, evidence=evidence,
                    outcome_state=outcome_state, reason="", **fields)
         self._log(skey, "record", "done", evidence=evidence)
         self._crash_point(name, "after-record")

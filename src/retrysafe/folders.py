@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import HomeNotWritable
-from .fsio import JsonlAppender, atomic_write_json
+from .fsio import JsonlAppender, atomic_write_json, json_members, json_string
 from .keys import check_name, slug
 
 __all__ = ["AttemptFolder", "outcome_dir"]
@@ -62,14 +62,12 @@ class AttemptFolder:
 
         The log stays open until :meth:`close`, so an action costs one write.
         """
-        self._log.append(sync=sync, record={
-            "time": time.time(),
-            "attempt_id": attempt_id,
-            "step_key": step_key,
-            "action": action,
-            "result": result,
-            **extra,
-        })
+        members = (f'"time": {time.time()!r}, "attempt_id": {json_string(attempt_id)}, '
+                   f'"step_key": {json_string(step_key)}, "action": {json_string(action)}, '
+                   f'"result": {json_string(result)}')
+        if extra:
+            members += ", " + json_members(extra)
+        self._log.append_members(members, sync=sync)
 
     def close(self) -> None:
         """Close the log (the next :meth:`log` opens it again)."""

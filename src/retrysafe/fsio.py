@@ -26,6 +26,8 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "fsync_dir",
+    "json_members",
+    "json_string",
     "sha256_file",
 ]
 
@@ -90,29 +92,33 @@ def atomic_copy(src: Path, dst: Path) -> None:
 
 #: one encoder for every log line (``json.dumps`` with options builds one per call)
 _LINE = json.JSONEncoder(ensure_ascii=False)
-_string = json.encoder.encode_basestring
+#: a str as a JSON string literal
+json_string: Callable[[str], str] = json.encoder.encode_basestring
 
 
-def _jsonl(record: Mapping[str, Any]) -> bytes:
-    """``record`` as one JSON line. Log lines are flat (strings, numbers, ``None``),
-    written twice per effect: those are formatted directly, anything else by
-    the JSON encoder."""
+def json_members(record: Mapping[str, Any]) -> str:
+    """The members of ``record`` as JSON, without the braces.
+
+    Log lines are flat (strings, numbers, ``None``) and written twice per
+    effect: those values are formatted directly, anything else by the JSON
+    encoder.
+    """
     parts = []
     for key, value in record.items():
         kind = type(value)
         if kind is str:
-            text = _string(value)
+            text = json_string(value)
         elif kind is float or kind is int:
             text = repr(value)
         elif value is None:
             text = "null"
         else:
             text = _LINE.encode(value)
-        parts.append(f"{_string(key)}: {text}")
-    return ("{" + ", ".join(parts) + "}\n").encode("utf-8")
+        parts.append(f"{json_string(key)}: {text}")
+    return ", ".join(parts)
 
 
-def append_jsonl(path: Path, record: Any, *, sync: bool = False) -> None:
+def append_jsonl(path: Path, record: Mapping[str, Any], *, sync: bool = False) -> None:
     """Append one JSON line to ``path`` (opened and closed for this line)."""
     with JsonlAppender(path) as log:
         log.append(record, sync=sync)
@@ -129,11 +135,15 @@ class JsonlAppender:
         self.path = path
         self._fh: BinaryIO | None = None
 
-    def append(self, record: Any, *, sync: bool = False) -> None:
+    def append(self, record: Mapping[str, Any], *, sync: bool = False) -> None:
+        self.append_members(json_members(record), sync=sync)
+
+    def append_members(self, members: str, *, sync: bool = False) -> None:
+        """Append the line ``{members}``; ``members`` is JSON object members."""
         fh = self._fh
         if fh is None:
             fh = self._fh = open(self.path, "ab", buffering=0)  # noqa: SIM115 - kept open
-        fh.write(_jsonl(record))
+        fh.write(f"{{{members}}}\n".encode())
         if sync:
             os.fsync(fh.fileno())
 
