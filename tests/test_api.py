@@ -61,6 +61,34 @@ def test_effect_once_and_done_is_read_only(home: Path) -> None:
     assert box.sent == {"report:2026-W32/send": "msg-1"}
 
 
+def test_a_step_done_in_an_earlier_attempt_is_skipped_and_left_untouched(home: Path) -> None:
+    """The next attempt writes its intent without reading first; a step that is
+    already done is then read and skipped: not executed, not moved, no history."""
+    box = Outbox()
+
+    def refuse(key: str) -> str:
+        raise EffectFailed("503, nothing sent")
+
+    with pytest.raises(StepFailed), retrysafe.start("report", {"week": "2026-W33"}, home=home) as run:
+        run.effect("send", "message", execute=box.send)
+        run.effect("post", "publish", execute=refuse)
+    ledger = retrysafe.open_ledger(f"sqlite:///{home / 'ledger.sqlite3'}")
+    try:
+        before = [e for e in ledger.history("report:2026-W33") if e.step_key.endswith("/send")]
+        with retrysafe.start("report", {"week": "2026-W33"}, home=home) as run:
+            assert run.number == 2
+            assert run.effect("send", "message", execute=box.send) == "msg-1"
+            assert run.effect("post", "publish", execute=box.send) == "msg-2"
+        after = [e for e in ledger.history("report:2026-W33") if e.step_key.endswith("/send")]
+        assert after == before and [(e.from_state, e.to_state) for e in after] == [
+            ("", "running"), ("running", "done")]
+        out = ledger.outcome("report:2026-W33")
+        assert out is not None and out.state == "done"
+    finally:
+        ledger.close()
+    assert box.sent == {"report:2026-W33/send": "msg-1", "report:2026-W33/post": "msg-2"}
+
+
 def test_unknown_effect_is_looked_up_not_repeated(home: Path) -> None:
     """A timeout after the provider accepted: the next attempt finds it by lookup."""
     box = Outbox()

@@ -274,8 +274,8 @@ class Run:
         mark = outcome_state
         if mark is not None and _RANK.get(self._mark, -1) >= _RANK[mark]:
             mark = None  # this attempt already moved the outcome at least this far
-        self.ledger.move_step(self._attempt(), skey, to, name=name, item=item or "",
-                              outcome_state=mark, **changes)
+        self.engine.ledger.move_step(self._attempt(), skey, to, name=name, item=item or "",
+                                     outcome_state=mark, **changes)
         if mark is not None:
             self._mark = mark
 
@@ -306,7 +306,9 @@ class Run:
     def _intent(self, skey: str, name: str, item: str | None, effect_class: str,
                 expect: str | None, *, check: str | None = None, connector: str | None = None,
                 fingerprint: str | None = None, kind: str = "effect",
-                runner_pid: int | None = None) -> None:
+                runner_pid: int | None = None, explain: bool = True) -> bool:
+        """Write the intent; ``explain=False``: return ``False`` if the step was
+        not in the expected state (or the fence is lost) instead of saying why."""
         self._crash_point(name, "before-intent")
         fields: dict[str, Any] = {"effect_class": str(effect_class)}
         if check is not None:
@@ -315,11 +317,15 @@ class Run:
             fields["connector"] = connector
         if fingerprint is not None:
             fields["fingerprint"] = fingerprint
-        self._move(skey, _RUNNING_V, name=name, item=item, kind=kind, expect=(expect,),
-                   runner=this_holder(runner_pid), reason=f"attempt {self.number} started it",
-                   **fields)
-        self._log(skey, "intent", "running")
+        attempt = self._attempt()
+        if not self.engine.ledger.move_step(
+                attempt, skey, _RUNNING_V, name=name, item=item or "", kind=kind,
+                expect=(expect,), runner=this_holder(runner_pid),
+                reason=f"attempt {attempt.number} started it", explain=explain, **fields):
+            return False
+        self.folder.log(attempt.id, skey, "intent", "running")
         self._crash_point(name, "after-intent")
+        return True
 
     def record(self, name: str, evidence: str, *, item: str | None = None,
                outcome_state: str = _O.DELIVERED, **fields: Any) -> None:
@@ -330,7 +336,7 @@ class Run:
                 outcome_state: str = _O.DELIVERED, **fields: Any) -> None:
         self._move(skey, _DONE_V, name=name, item=item, expect=_RUNNING, evidence=evidence,
                    outcome_state=outcome_state, reason="", **fields)
-        self._log(skey, "record", "done", evidence=evidence)
+        self.folder.log(self._attempt().id, skey, "record", "done", evidence=evidence)
         self._crash_point(name, "after-record")
 
     def mark_unknown(self, name: str, reason: str, *, item: str | None = None) -> None:
@@ -375,7 +381,7 @@ class Run:
         provider and returns the evidence; it raises
         :class:`~retrysafe.connectors.EffectFailed` when nothing happened.
         """
-        check_name("step", name)
+        skey = self._step_key(name, item)  # a bad name or item is refused first
         if connector is not None:
             data: Mapping[str, Any] = payload or {}
             connector.validate(data)  # bad input is refused before anything is recorded
@@ -385,20 +391,15 @@ class Run:
             lookup = lookup or (lambda skey: conn.lookup(skey, data))
         if execute is None or effect_class is None:
             raise InvalidInput(f"step {name}: give execute= and an effect class, or a connector")
-        cls = parse_class(str(effect_class))
-        skey = self._step_key(name, item)
+        cls = effect_class if type(effect_class) is EffectClass else parse_class(str(effect_class))
         fp = fingerprint(payload) if payload is not None else None
-        if not self.read_only and not policy_for(cls, self.job.classes).approval:
-            # The common case is a step this outcome has never seen: write the
-            # intent straight away, without reading first. The write only
-            # creates the step; if it exists, it is read and decided below.
-            try:
-                self._intent(skey, name, item, cls, None, check=check, connector=connector_name,
-                             fingerprint=fp)
-            except Busy:
-                pass
-            else:
-                return self._perform(skey, name, item, execute)
+        # The common case is a step this outcome has never seen: write the intent
+        # straight away, without reading first. The write only creates the step;
+        # if it exists, it is read and decided below.
+        if not self.read_only and not policy_for(cls, self.job.classes).approval and self._intent(
+                skey, name, item, cls, None, check=check, connector=connector_name,
+                fingerprint=fp, explain=False):
+            return self._perform(skey, name, item, execute)
         step = self.ledger.step(skey)
         if fp and step is not None and step.fingerprint and step.fingerprint != fp:
             if self.read_only or not (allow_update and connector is not None and connector.updatable

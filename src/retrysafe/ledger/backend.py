@@ -67,11 +67,12 @@ class Backend(ABC):
         """Does the table exist? (Read-only: opening a ledger must not write.)"""
 
     @abstractmethod
-    def statement(self) -> AbstractContextManager[Tx]:
-        """A connection on which each statement commits on its own (autocommit).
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement that commits on its own (autocommit); return how
+        many rows it changed (or, for a statement returning rows, returned).
 
-        For a write that is one statement; if the connection is lost while it
-        runs, the write may or may not have been applied.
+        If the connection is lost while it runs, it may or may not have been
+        applied: the error says so.
         """
 
     def migration_lock(self) -> AbstractContextManager[Tx]:

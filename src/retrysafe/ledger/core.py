@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -56,12 +57,17 @@ _O, _S = OutcomeState, StepState
 
 
 @functools.lru_cache(maxsize=256)
-def _sources(to: str, allowed: frozenset[str | None] | None) -> tuple[str, ...]:
+def _sources(to: str, allowed: tuple[str | None, ...] | None) -> tuple[str, ...]:
     """The states a step may move to ``to`` from: the expected ones that are legal."""
     pool = STEP_TRANSITIONS if allowed is None else allowed
     return tuple(sorted(str(s) for s in pool
                         if s is not None and can_move(STEP_TRANSITIONS, s, to)))
 
+
+_RUNNING = _S.RUNNING.value
+#: the columns a new step gets besides its changes
+_INSERT_FIXED = ("step_key", "outcome_key", "name", "item", "kind", "tries", "created_at",
+                 "updated_at")
 
 #: progress marks only move forward: running -> generated -> delivered
 _PROGRESS = (_O.RUNNING, _O.GENERATED, _O.DELIVERED)
@@ -428,8 +434,9 @@ class LedgerCore:
         runner: Holder | None = None,
         reason: str = "",
         outcome_state: str | None = None,
+        explain: bool = True,
         **fields: Any,
-    ) -> None:
+    ) -> bool:
         """Move a step to ``to`` on behalf of ``attempt``, fenced, all or nothing.
 
         ``expect`` lists the states the step may be in now (``None`` for a step
@@ -440,57 +447,71 @@ class LedgerCore:
 
         The write is conditional on the fence and the expected state, and never
         reads first. When it changes nothing, the refusal says why
-        (:class:`StaleAttempt`, :class:`Busy`, :class:`InvalidInput`).
+        (:class:`StaleAttempt`, :class:`Busy`, :class:`InvalidInput`); with
+        ``explain=False`` it returns ``False`` instead, without reading why.
+        Returns ``True`` when the step moved.
         """
-        if not _STEP_FIELDS.issuperset(fields):
+        if fields and not _STEP_FIELDS.issuperset(fields):
             raise TypeError(f"unknown step fields {sorted(set(fields) - _STEP_FIELDS)}")
-        allowed = frozenset(expect) if expect is not None else None
-        running = to == _S.RUNNING
+        allowed = None if expect is None else tuple(expect)
+        running = to == _RUNNING
         changes: dict[str, Any] = {"state": to, "attempt_id": attempt.id, "fence": attempt.fence,
                                    "reason": reason}
         if running:
             r = runner or attempt.holder
-            changes.update(runner_host=r.host, runner_pid=r.pid, runner_started=r.started)
-        changes.update(fields)
+            changes["runner_host"], changes["runner_pid"], changes["runner_started"] = r
+        if fields:
+            changes.update(fields)
         may_insert = allowed is None or None in allowed
         sources = _sources(to, allowed)
-        progress = _progress_sources(outcome_state)
         key = attempt.outcome_key
-        fence = (key, attempt.fence, attempt.id)
         if not (may_insert or sources):
             written = False
         elif self.backend.single_statement_moves:
             written = self._move_in_one_statement(
                 attempt, step_key, changes, name=name, item=item, kind=kind,
-                may_insert=may_insert, sources=sources, progress=progress,
-                outcome_state=outcome_state)
-        else:
-            # One statement commits on its own; moving the progress mark too takes
-            # a transaction around the three statements.
-            with self.backend.transaction() if progress else self.backend.statement() as tx:
-                now = tx.now
-                written = may_insert and tx.run(
-                    moves.step_insert(("step_key", "outcome_key", "name", "item", "kind", "tries",
-                                       "created_at", "updated_at", *changes)),
-                    (step_key, key, name, item, kind, 1 if running else 0, now, now,
-                     *changes.values(), *fence)) > 0
-                if not written and sources:
-                    written = tx.run(
-                        moves.step_update((*changes, "updated_at"), len(sources), running),
-                        (*changes.values(), now, step_key, *sources, *fence)) > 0
+                may_insert=may_insert, sources=sources, outcome_state=outcome_state)
+        elif outcome_state:
+            # the progress mark moves too: three statements, one transaction
+            progress = _progress_sources(outcome_state)
+            with self.backend.transaction() as tx:
+                written = self._write_step(tx.run, attempt, step_key, changes, name, item, kind,
+                                           may_insert, sources, tx.now)
                 if written and progress:
                     log_mark, move_mark = moves.progress(len(progress))
-                    tx.run(log_mark, (now, attempt.id, attempt.fence, f"attempt-{attempt.number}",
-                                      outcome_state, key, *progress))
-                    tx.run(move_mark, (outcome_state, now, key, *progress))
-        if not written:
+                    tx.run(log_mark, (tx.now, attempt.id, attempt.fence,
+                                      f"attempt-{attempt.number}", outcome_state, key, *progress))
+                    tx.run(move_mark, (outcome_state, tx.now, key, *progress))
+        else:
+            # the common case: one statement, committed on its own
+            written = self._write_step(self.backend.execute, attempt, step_key, changes, name,
+                                       item, kind, may_insert, sources, time.time())
+        if not written and explain:
             with self.backend.transaction(write=False) as tx:
                 raise self._refusal(tx, attempt, step_key, to, name, allowed)
+        return written
+
+    @staticmethod
+    def _write_step(run: Callable[[str, tuple[Any, ...]], int], attempt: AttemptRecord,
+                    step_key: str, changes: dict[str, Any], name: str, item: str, kind: str,
+                    may_insert: bool, sources: tuple[str, ...], now: float) -> bool:
+        """The step write of :meth:`move_step` (its history row comes from the
+        ledger's triggers); did it write?"""
+        fence = (attempt.outcome_key, attempt.fence, attempt.id)
+        if may_insert and run(
+                moves.step_insert((*_INSERT_FIXED, *changes)),
+                (step_key, attempt.outcome_key, name, item, kind,
+                 1 if changes["state"] == _RUNNING else 0, now, now, *changes.values(), *fence)):
+            return True
+        return bool(sources) and run(
+            moves.step_update((*changes, "updated_at"), len(sources),
+                              changes["state"] == _RUNNING),
+            (*changes.values(), now, step_key, *sources, *fence)) > 0
 
     def _move_in_one_statement(
         self, attempt: AttemptRecord, step_key: str, changes: dict[str, Any], *, name: str,
         item: str, kind: str, may_insert: bool, sources: tuple[str, ...],
-        progress: tuple[str, ...], outcome_state: str | None,
+        outcome_state: str | None,
     ) -> bool:
         """:meth:`move_step` as one statement (see :mod:`retrysafe.ledger.moves`);
         did it write?"""
@@ -498,7 +519,7 @@ class LedgerCore:
         insert = update = None
         if may_insert:
             cols = {"step_key": step_key, "outcome_key": attempt.outcome_key, "name": name,
-                    "item": item, "kind": kind, "tries": 1 if changes["state"] == _S.RUNNING else 0,
+                    "item": item, "kind": kind, "tries": 1 if changes["state"] == _RUNNING else 0,
                     **changes}
             insert = (*cols, "created_at", "updated_at")
             params += cols.values()
@@ -507,15 +528,15 @@ class LedgerCore:
             params += [*changes.values(), step_key, *sources]
         actor = f"attempt-{attempt.number}"
         params.append(actor)
+        progress = _progress_sources(outcome_state)
         if progress:
             params += [outcome_state, *progress, actor, outcome_state]
         sql = moves.single_statement(self.backend.now_sql, insert, update, len(sources),
-                                     changes["state"] == _S.RUNNING, len(progress))
-        with self.backend.statement() as tx:
-            return tx.one(sql, params) is not None
+                                     changes["state"] == _RUNNING, len(progress))
+        return self.backend.execute(sql, tuple(params)) > 0
 
     def _refusal(self, tx: Tx, attempt: AttemptRecord, step_key: str, to: str, name: str,
-                 allowed: frozenset[str | None] | None) -> Exception:
+                 allowed: tuple[str | None, ...] | None) -> Exception:
         """Why a step move wrote nothing: a stale attempt, or a step in another state."""
         out = self._fenced(tx, attempt)  # raises when the attempt lost its fence
         step = self._lock_step(tx, step_key)

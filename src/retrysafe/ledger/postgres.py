@@ -343,13 +343,12 @@ class PostgresBackend(Backend):
                 raise LedgerError(f"ledger {self._shown}: the transaction was rolled back "
                                   "by the server; nothing was recorded")
 
-    @contextmanager
-    def statement(self) -> Iterator[Tx]:
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Autocommit: a step move is one statement, committed on its own in one
         round trip (no BEGIN, no COMMIT)."""
         with self._connection() as conn:
             try:
-                yield _PgTx(conn)
+                return conn.execute(_driver_sql(sql), params).rowcount
             except psycopg.Error as exc:
                 # a statement that writes also commits: a lost connection leaves
                 # its fate unknown, which the error says

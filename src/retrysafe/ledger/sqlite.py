@@ -129,10 +129,13 @@ class SqliteBackend(Backend):
         # and a BEGIN/COMMIT pair would double the cost of a one-query read.
         return _Transaction(self, self._conn(), write)
 
-    def statement(self) -> AbstractContextManager[Tx]:
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         # A writing statement in autocommit takes the write lock when it starts
         # (waiting up to the busy timeout) and commits, durably, when it ends.
-        return _Transaction(self, self._conn(), False)
+        try:
+            return self._conn().execute(sql, params).rowcount
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from None
 
     def has_table(self, tx: Tx, name: str) -> bool:
         return tx.one("SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = ?",
