@@ -604,18 +604,27 @@ class Run:
     def closeout_problems(self, attempt_dir: Path | None = None) -> list[str]:
         """Why this outcome is not done yet: open steps, changed artifacts, failed checks."""
         problems: list[str] = []
-        artifact_dirs: list[Path] = [attempt_dir or self.dir]
-        for step in self.ledger.steps(self.key):
+        steps = self.ledger.steps(self.key)
+        for step in steps:
             if step.state != _S.DONE:
                 problems.append(f"step {step.name} is {step.state}"
                                 + (f" ({step.reason})" if step.reason else ""))
             elif step.kind == "generate" and step.artifact:
                 path = Path(step.artifact)
-                artifact_dirs.append(path.parent)
                 if not path.is_file():
                     problems.append(f"artifact {path} of step {step.name} is missing")
                 elif sha256_file(path) != step.checksum:
                     problems.append(f"artifact {path} of step {step.name} changed after it was accepted")
+        return problems + self.acceptance_problems(steps, attempt_dir)
+
+    def acceptance_problems(self, steps: list[StepRecord],
+                            attempt_dir: Path | None = None) -> list[str]:
+        """The job's own acceptance: ``expected_artifacts`` exist (in the attempt
+        folder, or beside an accepted artifact) and every ``accept`` command passes."""
+        problems: list[str] = []
+        artifact_dirs: list[Path] = [attempt_dir or self.dir]
+        artifact_dirs += [Path(s.artifact).parent for s in steps
+                          if s.kind == "generate" and s.artifact and s.state == _S.DONE]
         for rel in self.job.expected_artifacts:
             if not any((d / rel).is_file() for d in artifact_dirs):
                 problems.append(f"expected artifact {rel} does not exist")

@@ -48,7 +48,8 @@ def verify_outcome(engine: Engine, key: str) -> list[Check]:
         folder = AttemptFolder(engine.home, job.name, key, accepted.number)
         env.update({"RETRYSAFE_OUTCOME_KEY": key, "RETRYSAFE_ATTEMPT_DIR": str(folder.path),
                     "RETRYSAFE_HOME": str(engine.home), "RETRYSAFE_JOB": job.name})
-    for step in ledger.steps(key):
+    steps = ledger.steps(key)
+    for step in steps:
         subject = f"step {step.name}" + (f"/{step.item}" if step.item else "")
         if step.state != "done":
             checks.append(Check(subject, False, f"state is {step.state}"))
@@ -83,8 +84,7 @@ def verify_outcome(engine: Engine, key: str) -> list[Check]:
     if accepted is not None and job is not None:
         run = Run(engine, job, accepted)
         # step states and checksums were checked above; add the job's own acceptance
-        failed = [p for p in run.closeout_problems()
-                  if p.startswith(("expected artifact", "acceptance check"))]
+        failed = run.acceptance_problems(steps)
         checks.extend(Check("acceptance", False, p) for p in failed)
         if (job.accept or job.expected_artifacts) and not failed:
             checks.append(Check("acceptance", True, "expected artifacts exist and accept commands pass"))
