@@ -1,9 +1,10 @@
 """Throughput of a guarded effect against the same durable writes done by hand.
 
 Library side: one attempt (``retrysafe.start``), then N calls of
-``run.effect(f"s{i}", "local_write", execute=lambda k: "ok")``. Each call reads
-the step, writes ``running`` durably (intent), executes, and writes ``done``
-durably (record).
+``run.effect(f"s{i}", "local_write", execute=lambda k: "ok")``. Each call writes
+``running`` durably (the intent: fenced, only if the step is new), executes,
+and writes ``done`` durably (the record: fenced, only from ``running``), each
+with its history row and an attempt-log line.
 
 Baseline side: plain ``sqlite3`` (or ``psycopg``) doing the writes a careful
 hand-written script would do for the same guarantee: per effect one
