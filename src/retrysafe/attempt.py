@@ -35,7 +35,7 @@ from .fsio import atomic_copy, sha256_file
 from .keys import check_name, step_key
 from .ledger import AttemptRecord, OutcomeRecord, StepRecord
 from .process import holder_gone, this_holder
-from .states import OutcomeState, StepState
+from .states import PROGRESS_MARKS, OutcomeState, StepState
 
 if TYPE_CHECKING:
     from .config import Job
@@ -47,9 +47,8 @@ _S, _O = StepState, OutcomeState
 # Plain strings on the hot path: the sqlite3 driver binds an exact str directly,
 # an enum member only through its adaptation protocol.
 _RUNNING_V, _DONE_V = _S.RUNNING.value, _S.DONE.value
-_RUNNING = (_RUNNING_V,)
-#: the outcome's progress marks, in the order they are reached
-_RANK: dict[str, int] = {_O.RUNNING: 0, _O.GENERATED: 1, _O.DELIVERED: 2}
+_FROM_RUNNING = (_RUNNING_V,)
+_RANK: dict[str, int] = {mark: rank for rank, mark in enumerate(PROGRESS_MARKS)}
 Execute = Callable[[str], str]
 Lookup = Callable[[str], LookupResult]
 Verify = Callable[[str, str], bool]
@@ -323,7 +322,7 @@ class Run:
                 expect=(expect,), runner=this_holder(runner_pid),
                 reason=f"attempt {attempt.number} started it", explain=explain, **fields):
             return False
-        self.folder.log(attempt.id, skey, "intent", "running")
+        self._log(skey, "intent", "running")
         self._crash_point(name, "after-intent")
         return True
 
@@ -334,19 +333,19 @@ class Run:
 
     def _record(self, skey: str, name: str, item: str | None, evidence: str,
                 outcome_state: str = _O.DELIVERED, **fields: Any) -> None:
-        self._move(skey, _DONE_V, name=name, item=item, expect=_RUNNING, evidence=evidence,
+        self._move(skey, _DONE_V, name=name, item=item, expect=_FROM_RUNNING, evidence=evidence,
                    outcome_state=outcome_state, reason="", **fields)
-        self.folder.log(self._attempt().id, skey, "record", "done", evidence=evidence)
+        self._log(skey, "record", "done", evidence=evidence)
         self._crash_point(name, "after-record")
 
     def mark_unknown(self, name: str, reason: str, *, item: str | None = None) -> None:
         skey = self._step_key(name, item)
-        self._move(skey, _S.UNKNOWN, name=name, item=item, expect=_RUNNING, reason=reason)
+        self._move(skey, _S.UNKNOWN, name=name, item=item, expect=_FROM_RUNNING, reason=reason)
         self._log(skey, "unknown", reason)
 
     def mark_failed(self, name: str, reason: str, *, item: str | None = None) -> None:
         skey = self._step_key(name, item)
-        self._move(skey, _S.FAILED, name=name, item=item, expect=_RUNNING, reason=reason)
+        self._move(skey, _S.FAILED, name=name, item=item, expect=_FROM_RUNNING, reason=reason)
         self._log(skey, "fail", reason)
 
     def settle_found(self, name: str, evidence: str, *, item: str | None = None,
@@ -391,7 +390,7 @@ class Run:
             lookup = lookup or (lambda skey: conn.lookup(skey, data))
         if execute is None or effect_class is None:
             raise InvalidInput(f"step {name}: give execute= and an effect class, or a connector")
-        cls = effect_class if type(effect_class) is EffectClass else parse_class(str(effect_class))
+        cls = parse_class(effect_class)
         fp = fingerprint(payload) if payload is not None else None
         # The common case is a step this outcome has never seen: write the intent
         # straight away, without reading first. The write only creates the step;
@@ -549,7 +548,7 @@ class Run:
         # The artifact exists before it is accepted: note its checksum now, so a
         # crash before acceptance lets the next attempt adopt it instead of
         # calling the (expensive, non-deterministic) generator again.
-        self._move(skey, _S.RUNNING, name=name, item=item, expect=_RUNNING, artifact=str(out),
+        self._move(skey, _S.RUNNING, name=name, item=item, expect=_FROM_RUNNING, artifact=str(out),
                    checksum=sha256_file(out), reason="artifact produced, not yet accepted")
         self._crash_point(name, "after-execute")
         try:

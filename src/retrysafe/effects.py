@@ -75,6 +75,8 @@ DEFAULT_POLICIES: Mapping[EffectClass, Policy] = {
 
 def parse_class(name: str) -> EffectClass:
     """The effect class called ``name``, or a clear error listing the valid ones."""
+    if type(name) is EffectClass:
+        return name  # already one (every effect passes here)
     try:
         return EffectClass(name)
     except ValueError:

@@ -11,6 +11,7 @@ from enum import StrEnum
 
 __all__ = [
     "OUTCOME_TRANSITIONS",
+    "PROGRESS_MARKS",
     "STEP_TRANSITIONS",
     "AttemptState",
     "OutcomeState",
@@ -52,6 +53,10 @@ class AttemptState(StrEnum):
 
 _O = OutcomeState
 _S = StepState
+
+#: an attempt's progress marks, in the order they are reached; they only move forward
+#: (a new attempt resumes from ``generated`` or ``delivered``)
+PROGRESS_MARKS = (OutcomeState.RUNNING, OutcomeState.GENERATED, OutcomeState.DELIVERED)
 
 OUTCOME_TRANSITIONS: dict[OutcomeState, frozenset[OutcomeState]] = {
     _O.PLANNED: frozenset({_O.RUNNING, _O.BLOCKED}),

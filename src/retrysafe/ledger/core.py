@@ -25,6 +25,7 @@ from ..errors import (
 )
 from ..states import (
     OUTCOME_TRANSITIONS,
+    PROGRESS_MARKS,
     STEP_TRANSITIONS,
     AttemptState,
     OutcomeState,
@@ -69,16 +70,12 @@ _RUNNING = _S.RUNNING.value
 _INSERT_FIXED = ("step_key", "outcome_key", "name", "item", "kind", "tries", "created_at",
                  "updated_at")
 
-#: progress marks only move forward: running -> generated -> delivered
-_PROGRESS = (_O.RUNNING, _O.GENERATED, _O.DELIVERED)
-
-
 @functools.lru_cache(maxsize=16)
 def _progress_sources(outcome_state: str | None) -> tuple[str, ...]:
     """The outcome states that ``outcome_state`` (a progress mark) moves the outcome from."""
     if not outcome_state:
         return ()
-    return tuple(s.value for s in _PROGRESS[:_PROGRESS.index(_O(outcome_state))])
+    return tuple(s.value for s in PROGRESS_MARKS[:PROGRESS_MARKS.index(_O(outcome_state))])
 
 
 _STEP_FIELDS = frozenset(
@@ -298,7 +295,7 @@ class LedgerCore:
             self._log(tx, key, kind="attempt", to=AttemptState.ACTIVE, attempt=attempt,
                       reason=f"attempt {number} started on {holder.host} pid {holder.pid}")
             # generated/delivered are progress marks a new attempt resumes from.
-            state = out.state if out.state in (_O.GENERATED, _O.DELIVERED) else _O.RUNNING
+            state = out.state if out.state in PROGRESS_MARKS else _O.RUNNING
             self._set_outcome(
                 tx, out, state, "", attempt=attempt,
                 extra={"fence": fence, "attempts": number, "current_attempt": attempt_id},
@@ -325,9 +322,8 @@ class LedgerCore:
             )
             self._log(tx, out.key, kind="step", step_key=row["step_key"], frm=_S.RUNNING,
                       to=_S.UNKNOWN, attempt=cur, actor="retrysafe", reason=reason)
-        unsettled = out.state in (_O.RUNNING, _O.GENERATED, _O.DELIVERED)
         tx.run("UPDATE rs_outcomes SET current_attempt = NULL WHERE key = ?", (out.key,))
-        if unsettled and out.state == _O.RUNNING:
+        if out.state == _O.RUNNING:
             self._set_outcome(tx, out, _O.UNKNOWN, f"attempt {cur.number} ended: {why}",
                               actor="retrysafe")
 
@@ -518,11 +514,10 @@ class LedgerCore:
         params: list[Any] = [attempt.outcome_key, attempt.fence, attempt.id]
         insert = update = None
         if may_insert:
-            cols = {"step_key": step_key, "outcome_key": attempt.outcome_key, "name": name,
-                    "item": item, "kind": kind, "tries": 1 if changes["state"] == _RUNNING else 0,
-                    **changes}
-            insert = (*cols, "created_at", "updated_at")
-            params += cols.values()
+            # created_at and updated_at are the server's clock, in the SQL: no parameters
+            insert = (*_INSERT_FIXED, *changes)
+            params += (step_key, attempt.outcome_key, name, item, kind,
+                       1 if changes["state"] == _RUNNING else 0, *changes.values())
         if sources:
             update = (*changes, "updated_at")
             params += [*changes.values(), step_key, *sources]

@@ -24,10 +24,15 @@ class Ledger(LedgerCore):
     def __enter__(self) -> Ledger:
         return self
 
-    def _human_step(self, tx: Tx, key: str, step_name: str) -> tuple[OutcomeRecord, StepRecord]:
+    def _require_locked(self, tx: Tx, key: str) -> OutcomeRecord:
+        """The outcome at ``key``, locked for this transaction; it must exist."""
         out = self._lock_outcome(tx, key)
         if out is None:
             raise UnknownOutcome(f"no outcome {key!r} in the ledger", key=key)
+        return out
+
+    def _human_step(self, tx: Tx, key: str, step_name: str) -> tuple[OutcomeRecord, StepRecord]:
+        out = self._require_locked(tx, key)
         rows = tx.rows(
             f"SELECT * FROM rs_steps WHERE outcome_key = ? AND (name = ? OR step_key = ?)"
             f" ORDER BY step_key{self.backend.lock_clause}",
@@ -106,9 +111,7 @@ class Ledger(LedgerCore):
     ) -> StepRecord:
         """Record authority for a step that needs approval (payment, delete)."""
         with self.backend.transaction() as tx:
-            out = self._lock_outcome(tx, key)
-            if out is None:
-                raise UnknownOutcome(f"no outcome {key!r} in the ledger", key=key)
+            out = self._require_locked(tx, key)
             if out.state == _O.DONE:
                 raise InvalidInput(f"outcome {key} is done; nothing to approve", key=key,
                                    state=out.state)
@@ -150,9 +153,7 @@ class Ledger(LedgerCore):
     def retry(self, key: str, *, actor: str, note: str = "") -> OutcomeRecord:
         """Give a blocked, failed or unknown outcome a fresh attempt budget."""
         with self.backend.transaction() as tx:
-            out = self._lock_outcome(tx, key)
-            if out is None:
-                raise UnknownOutcome(f"no outcome {key!r} in the ledger", key=key)
+            out = self._require_locked(tx, key)
             if out.state == _O.DONE:
                 raise InvalidInput(f"outcome {key} is done; outcomes never repeat", key=key,
                                    state=out.state)
