@@ -1,8 +1,11 @@
 """One attempt at work: generate steps, effect steps, close-out.
 
-The effect algorithm (DESIGN.md) lives in :meth:`Run.effect`, built from the
-phases an agent can also drive one by one (:meth:`Run.decide`,
-:meth:`Run.intent`, :meth:`Run.record`, :meth:`Run.mark_unknown`).
+The effect algorithm (docs/concepts.md) lives in :meth:`Run.effect`, built
+from the phases an agent can also drive one by one (:meth:`Run.check`,
+:meth:`Run.intend`, :meth:`Run.record_evidence`, :meth:`Run.declare_unknown`,
+:meth:`Run.declare_blocked`), so the library, ``retrysafe step`` and the
+agent protocol decide alike. A run knows its ledger, settings and job; it
+never reaches back to the :class:`~retrysafe.engine.Engine` that made it.
 """
 
 from __future__ import annotations
@@ -17,14 +20,15 @@ from pathlib import Path
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
+from . import closeout, envvars
 from .connectors.base import Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult
 from .crash import injector
 from .effects import EffectClass, OnUnknown, parse_class, policy_for
 from .errors import (
-    ApprovalRequired,
     Busy,
     InvalidInput,
     PayloadMismatch,
+    RetrysafeError,
     StaleAttempt,
     StepBlocked,
     StepFailed,
@@ -32,14 +36,13 @@ from .errors import (
 )
 from .folders import AttemptFolder
 from .fsio import atomic_copy, sha256_file
-from .keys import check_name, step_key
-from .ledger import AttemptRecord, OutcomeRecord, StepRecord
+from .keys import check_name, step_key, step_ref
+from .ledger import AttemptRecord, Ledger, OutcomeRecord, StepRecord
 from .process import holder_gone, this_holder
-from .states import PROGRESS_MARKS, OutcomeState, StepState
+from .states import PROGRESS_MARKS, Action, BlockCause, OutcomeState, StepState
 
 if TYPE_CHECKING:
-    from .config import Job
-    from .engine import Engine
+    from .config import Job, Settings
 
 __all__ = ["Decision", "Run"]
 
@@ -65,41 +68,44 @@ def fingerprint(payload: Mapping[str, Any]) -> str:
 class Decision:
     """What to do about one effect step (``retrysafe check``).
 
-    ``action`` is ``execute``, ``skip`` (``evidence`` holds the proof),
-    ``lookup`` (the last try is unknown: look for ``step_key`` in the external
-    system first) or ``blocked`` (``reason`` says why, ``unblock`` the command).
+    ``action`` says what (:class:`~retrysafe.states.Action`): ``skip`` has the
+    proof in ``evidence``; ``lookup`` and ``busy`` say why in ``reason``;
+    ``blocked`` has ``reason``, ``cause`` and the ``unblock`` command.
     """
 
-    action: str
+    action: Action
     step_key: str
     state: str | None
     evidence: str | None = None
     reason: str = ""
     unblock: str = ""
+    cause: BlockCause | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "action": self.action,
+            "action": self.action.value,
             "step_key": self.step_key,
             "state": self.state,
             "evidence": self.evidence,
             "reason": self.reason,
             "unblock": self.unblock,
+            "cause": self.cause.value if self.cause else None,
         }
 
 
 class Run:
     """An attempt in progress. Get one from :func:`retrysafe.start`."""
 
-    def __init__(self, engine: Engine, job: Job, attempt: AttemptRecord | None,
-                 outcome: OutcomeRecord | None = None) -> None:
-        self.engine = engine
+    def __init__(self, ledger: Ledger, settings: Settings, job: Job,
+                 attempt: AttemptRecord | None, outcome: OutcomeRecord | None = None) -> None:
+        self.ledger = ledger
+        self.settings = settings
         self.job = job
         self.attempt = attempt
         self.key = attempt.outcome_key if attempt else (outcome.key if outcome else "")
         self.read_only = attempt is None
         number = attempt.number if attempt else 0
-        self.folder = AttemptFolder(engine.home, job.name, self.key, number)
+        self.folder = AttemptFolder(settings.home, job.name, self.key, number)
         self._beat: threading.Thread | None = None
         self._stop = threading.Event()
         self.lost = threading.Event()
@@ -109,15 +115,11 @@ class Run:
         self._mark = outcome.state if outcome is not None else ""
 
     @classmethod
-    def finished(cls, engine: Engine, job: Job, outcome: OutcomeRecord) -> Run:
-        """A read-only view of a done outcome: steps return what was recorded."""
-        return cls(engine, job, None, outcome)
+    def finished(cls, ledger: Ledger, settings: Settings, job: Job, outcome: OutcomeRecord) -> Run:
+        """A read-only view of an outcome: steps return what was recorded."""
+        return cls(ledger, settings, job, None, outcome)
 
     # --- basics ------------------------------------------------------------------
-
-    @property
-    def ledger(self) -> Any:
-        return self.engine.ledger
 
     @property
     def dir(self) -> Path:
@@ -136,16 +138,15 @@ class Run:
     def env(self) -> dict[str, str]:
         """The environment a command of this attempt gets."""
         attempt = self._attempt()
-        settings = self.engine.config.settings
         return {
-            "RETRYSAFE_HOME": str(settings.home),
-            "RETRYSAFE_CONFIG": str(settings.config_path),
-            "RETRYSAFE_LEDGER": settings.ledger_url,
-            "RETRYSAFE_JOB": self.job.name,
-            "RETRYSAFE_OUTCOME_KEY": self.key,
-            "RETRYSAFE_ATTEMPT": str(attempt.number),
-            "RETRYSAFE_ATTEMPT_ID": attempt.id,
-            "RETRYSAFE_ATTEMPT_DIR": str(self.dir),
+            envvars.HOME: str(self.settings.home),
+            envvars.CONFIG: str(self.settings.config_path),
+            envvars.LEDGER: self.settings.ledger_url,
+            envvars.JOB: self.job.name,
+            envvars.OUTCOME_KEY: self.key,
+            envvars.ATTEMPT: str(attempt.number),
+            envvars.ATTEMPT_ID: attempt.id,
+            envvars.ATTEMPT_DIR: str(self.dir),
         }
 
     def _log(self, skey: str, action: str, result: str, **extra: Any) -> None:
@@ -213,59 +214,68 @@ class Run:
         ``step`` is the step as the caller just read it (default: read it now).
         """
         skey = self._step_key(name, item)
-        cls = parse_class(str(effect_class))
+        cls = parse_class(effect_class)
         policy = policy_for(cls, self.job.classes)
         step = self.ledger.step(skey) if isinstance(step, EllipsisType) else step
         state = step.state if step else None
-        if step is not None and step.state == _S.DONE:
-            return Decision("skip", skey, state, evidence=step.evidence)
-        if step is not None and step.state == _S.BLOCKED:
-            return Decision("blocked", skey, state, reason=step.reason,
-                            unblock=self._unblock(name, step))
-        if step is not None and step.state == _S.RUNNING and not self._runner_gone(step):
-            pid = step.runner.pid if step.runner else "?"
-            return Decision("busy", skey, state, reason=f"step {name} is running in process {pid}")
-        if step is not None and step.state in (_S.UNKNOWN, _S.RUNNING) and not looked_up:
-            if has_lookup or policy.on_unknown == OnUnknown.LOOKUP:
-                return Decision(
-                    "lookup", skey, state,
-                    reason=(f"the last try of {name} may have happened ({step.reason or step.state}): "
-                            f"look for {skey} in the external system before acting"),
-                )
-            if policy.on_unknown == OnUnknown.BLOCK:
-                return Decision("blocked", skey, state,
-                                reason=f"class {cls} is never retried blindly after an unclear result")
-        if step is not None and step.state == _S.FAILED and not policy.retry_failed:
-            return Decision("blocked", skey, state,
-                            reason=(f"{name} failed ({step.reason}); class {cls} is not retried "
-                                    "automatically"),
-                            unblock=f"retrysafe resolve {self.key} {name} --absent")
-        if policy.approval and not (step and step.approved_by):
-            return Decision("blocked", skey, state,
-                            reason=f"awaiting approval: class {cls} needs an approval record",
-                            unblock=f"retrysafe approve {self.key} {name}")
-        return Decision("execute", skey, state)
 
-    def _unblock(self, name: str, step: StepRecord) -> str:
-        if step.reason.startswith("awaiting approval"):
-            return f"retrysafe approve {self.key} {name}"
-        return f"retrysafe resolve {self.key} {name} --found EVIDENCE | --absent"
+        def blocked(reason: str, cause: BlockCause) -> Decision:
+            err = StepBlocked(self.key, name, reason, cause, target=step_ref(self.key, name, item))
+            return Decision(Action.BLOCKED, skey, state, reason=reason, unblock=err.unblock,
+                            cause=cause)
+
+        if step is not None:
+            if step.state == _S.DONE:
+                return Decision(Action.SKIP, skey, state, evidence=step.evidence)
+            if step.state == _S.BLOCKED:
+                return blocked(step.reason, BlockCause(step.cause or BlockCause.AGENT))
+            if step.state == _S.RUNNING and not self._runner_gone(step):
+                pid = step.runner.pid if step.runner else "?"
+                return Decision(Action.BUSY, skey, state,
+                                reason=f"step {name} of {self.key} is running in process {pid}")
+            if step.state in (_S.UNKNOWN, _S.RUNNING) and not looked_up:
+                if has_lookup or policy.on_unknown == OnUnknown.LOOKUP:
+                    return Decision(
+                        Action.LOOKUP, skey, state,
+                        reason=(f"the last try of {name} may have happened "
+                                f"({step.reason or step.state}): look for {skey} in the "
+                                "external system before acting"))
+                if policy.on_unknown == OnUnknown.BLOCK:
+                    return blocked(f"class {cls} is never retried blindly after an unclear result",
+                                   BlockCause.NEVER_BLIND)
+            if step.state == _S.FAILED and not policy.retry_failed:
+                return blocked(f"{name} failed ({step.reason}); class {cls} is not retried "
+                               "automatically", BlockCause.NOT_RETRIED)
+        if policy.approval and not (step and step.approved_by):
+            return blocked(f"awaiting approval: class {cls} needs an approval record",
+                           BlockCause.APPROVAL)
+        return Decision(Action.EXECUTE, skey, state)
 
     def block(self, name: str, item: str | None, step: StepRecord | None, reason: str,
-               unblock: str, *, approval: bool = False, **fields: Any) -> StepBlocked:
-        """Record the step as ``blocked`` with ``reason``; returns the error to raise.
+              cause: BlockCause, **fields: Any) -> StepBlocked:
+        """Record the step as ``blocked`` for ``cause``; returns the error to raise.
 
         ``step`` is the step as last read (``None`` if it does not exist yet), so a
         concurrent change is refused rather than overwritten.
         """
         skey = self._step_key(name, item)
-        expect = [step.state if step else None]
-        self._move(skey, _S.BLOCKED, name=name, item=item, expect=expect, reason=reason,
-                   **fields)
+        self._move(skey, _S.BLOCKED, name=name, item=item, expect=[step.state if step else None],
+                   reason=reason, cause=cause, **fields)
         self._log(skey, "block", reason)
-        cls = ApprovalRequired if approval else StepBlocked
-        return cls(f"step {name} of {self.key} is blocked: {reason}; to unblock: {unblock}",
-                   key=self.key, step=name, unblock=unblock)
+        return StepBlocked.of(self.key, name, reason, cause, target=step_ref(self.key, name, item))
+
+    def _refusal(self, name: str, item: str | None, step: StepRecord | None,
+                 decision: Decision, effect_class: EffectClass) -> RetrysafeError:
+        """The error for a decision that does not let the step execute; a new
+        block is recorded first, so ``status`` shows it."""
+        if decision.action is Action.BUSY:
+            return Busy(decision.reason, key=self.key, step=name, state=decision.state)
+        assert decision.action is Action.BLOCKED and decision.cause is not None
+        if step is not None and step.state == _S.BLOCKED:
+            return StepBlocked.of(self.key, name, decision.reason, decision.cause,
+                                  target=step_ref(self.key, name, item))
+        return self.block(name, item, step, decision.reason, decision.cause,
+                          effect_class=str(effect_class))
 
     def _move(self, skey: str, to: str, *, name: str, item: str | None,
               outcome_state: str | None = None, **changes: Any) -> None:
@@ -273,8 +283,8 @@ class Run:
         mark = outcome_state
         if mark is not None and _RANK.get(self._mark, -1) >= _RANK[mark]:
             mark = None  # this attempt already moved the outcome at least this far
-        self.engine.ledger.move_step(self._attempt(), skey, to, name=name, item=item or "",
-                                     outcome_state=mark, **changes)
+        self.ledger.move_step(self._attempt(), skey, to, name=name, item=item or "",
+                              outcome_state=mark, **changes)
         if mark is not None:
             self._mark = mark
 
@@ -317,7 +327,7 @@ class Run:
         if fingerprint is not None:
             fields["fingerprint"] = fingerprint
         attempt = self._attempt()
-        if not self.engine.ledger.move_step(
+        if not self.ledger.move_step(
                 attempt, skey, _RUNNING_V, name=name, item=item or "", kind=kind,
                 expect=(expect,), runner=this_holder(runner_pid),
                 reason=f"attempt {attempt.number} started it", explain=explain, **fields):
@@ -379,18 +389,12 @@ class Run:
         its ``payload``. ``execute`` receives the step key to hand to the
         provider and returns the evidence; it raises
         :class:`~retrysafe.connectors.EffectFailed` when nothing happened.
+        ``lookup`` receives the step key and answers
+        :class:`~retrysafe.connectors.Found`, ``ABSENT`` or
+        :class:`~retrysafe.connectors.Ambiguous`.
         """
         skey = self._step_key(name, item)  # a bad name or item is refused first
-        if connector is not None:
-            data: Mapping[str, Any] = payload or {}
-            connector.validate(data)  # bad input is refused before anything is recorded
-            effect_class = effect_class or connector.effect_class
-            conn = connector
-            execute = execute or (lambda skey: conn.execute(skey, data))
-            lookup = lookup or (lambda skey: conn.lookup(skey, data))
-        if execute is None or effect_class is None:
-            raise InvalidInput(f"step {name}: give execute= and an effect class, or a connector")
-        cls = parse_class(effect_class)
+        cls, execute, lookup = self._bind(name, effect_class, execute, lookup, connector, payload)
         fp = fingerprint(payload) if payload is not None else None
         # The common case is a step this outcome has never seen: write the intent
         # straight away, without reading first. The write only creates the step;
@@ -401,69 +405,94 @@ class Run:
             return self._perform(skey, name, item, execute)
         step = self.ledger.step(skey)
         if fp and step is not None and step.fingerprint and step.fingerprint != fp:
-            if self.read_only or not (allow_update and connector is not None and connector.updatable
-                                      and step.state == _S.DONE):
-                raise PayloadMismatch(
-                    f"step {name} of {self.key} was recorded with a different payload; "
-                    "use a new step name or item"
-                    + (", or allow updating in place"
-                       if connector is not None and connector.updatable else ""),
-                    key=self.key, step=name, state=step.state)
-            assert connector is not None and payload is not None
-            evidence = connector.update(skey, payload)
-            self._crash_point(name, "after-execute")
-            self._move(skey, _S.DONE, name=name, item=item, expect=[_S.DONE], evidence=evidence,
-                       fingerprint=fp, reason="updated in place")
-            self._log(skey, "update", "done", evidence=evidence)
-            return evidence
+            return self._update_in_place(skey, name, item, step, connector, payload, fp,
+                                         allow_update)
         if self.read_only:
             return (step.evidence or "") if step else ""
         decision = self.decide(name, cls, item=item, has_lookup=lookup is not None, step=step)
-        if decision.action == "skip":
-            self._log(skey, "check", "skip", evidence=decision.evidence)
-            return decision.evidence or ""
-        if decision.action == "busy":
-            raise Busy(decision.reason, key=self.key, step=name, state=decision.state)
-        if decision.action == "lookup" and lookup is not None:
-            try:
-                result = lookup(skey)
-            except Exception as exc:  # noqa: BLE001 - the system could not be asked
-                raise StepUnknown(
-                    f"step {name} of {self.key} is {decision.state} and the lookup failed "
-                    f"({type(exc).__name__}: {exc}); it stays {decision.state}, try again later",
-                    key=self.key, step=name, state=decision.state) from None
-            authoritative = connector.authoritative if connector is not None else True
-            if isinstance(result, Found):
-                self.settle_found(name, result.evidence, item=item)
-                return result.evidence
-            if isinstance(result, Ambiguous):
-                raise self.block(name, item, step, f"lookup is ambiguous: {result.reason}",
-                                  f"retrysafe resolve {self.key} {name} --found EVIDENCE | --absent")
-            if not authoritative and policy_for(cls, self.job.classes).on_unknown != OnUnknown.REEXECUTE:
-                raise self.block(
-                    name, item, step,
-                    f"the lookup found nothing, but it cannot prove {skey} never happened",
-                    f"retrysafe resolve {self.key} {name} --found EVIDENCE | --absent")
-            self._log(skey, "lookup", "absent")
+        if decision.action is Action.LOOKUP:
+            found = self._settle_by_lookup(skey, name, item, cls, step, lookup, connector)
+            if found is not None:
+                return found
             step = self.ledger.step(skey)
             decision = self.decide(name, cls, item=item, looked_up=True, step=step)
-        elif decision.action == "lookup":
-            raise self.block(
-                name, item, step,
-                f"{name} may have happened ({step.reason if step else 'unknown'}) and there is no "
-                f"lookup to tell: check the external system for {skey}",
-                f"retrysafe resolve {self.key} {name} --found EVIDENCE | --absent")
-        if decision.action == "blocked":
-            if step is not None and step.state == _S.BLOCKED:
-                raise StepBlocked(f"step {name} of {self.key} is blocked: {decision.reason}; "
-                                  f"to unblock: {decision.unblock}", key=self.key, step=name,
-                                  unblock=decision.unblock)
-            raise self.block(name, item, step, decision.reason, decision.unblock,
-                              approval=decision.reason.startswith("awaiting approval"),
-                              effect_class=str(cls))
+        if decision.action is Action.SKIP:
+            self._log(skey, "check", "skip", evidence=decision.evidence)
+            return decision.evidence or ""
+        if decision.action is not Action.EXECUTE:
+            raise self._refusal(name, item, step, decision, cls)
         self.intent(name, cls, item=item, check=check, connector=connector_name, step=step,
                     fingerprint=fp)
         return self._perform(skey, name, item, execute)
+
+    def _bind(self, name: str, effect_class: str | EffectClass | None, execute: Execute | None,
+              lookup: Lookup | None, connector: ConnectorBase | None,
+              payload: Mapping[str, Any] | None) -> tuple[EffectClass, Execute, Lookup | None]:
+        """The class, execute and lookup of an effect: given, or the connector's.
+        A connector validates the payload first, so bad input records nothing."""
+        if connector is not None:
+            data: Mapping[str, Any] = payload or {}
+            connector.validate(data)
+            effect_class = effect_class or connector.effect_class
+            conn = connector
+            execute = execute or (lambda skey: conn.execute(skey, data))
+            lookup = lookup or (lambda skey: conn.lookup(skey, data))
+        if execute is None or effect_class is None:
+            raise InvalidInput(f"step {name}: give execute= and an effect class, or a connector")
+        return parse_class(effect_class), execute, lookup
+
+    def _update_in_place(self, skey: str, name: str, item: str | None, step: StepRecord,
+                         connector: ConnectorBase | None, payload: Mapping[str, Any] | None,
+                         fp: str, allow_update: bool) -> str:
+        """The step was recorded with another payload: refuse, or (explicitly
+        allowed, connector able, step done) replace the effect in place."""
+        updatable = connector is not None and connector.updatable
+        if self.read_only or not (allow_update and updatable and step.state == _S.DONE):
+            raise PayloadMismatch(
+                f"step {name} of {self.key} was recorded with a different payload; "
+                "use a new step name or item" + (", or allow updating in place" if updatable else ""),
+                key=self.key, step=name, state=step.state)
+        assert connector is not None and payload is not None
+        evidence = connector.update(skey, payload)
+        self._crash_point(name, "after-execute")
+        self._move(skey, _S.DONE, name=name, item=item, expect=[_S.DONE], evidence=evidence,
+                   fingerprint=fp, reason="updated in place")
+        self._log(skey, "update", "done", evidence=evidence)
+        return evidence
+
+    def _settle_by_lookup(self, skey: str, name: str, item: str | None, cls: EffectClass,
+                          step: StepRecord | None, lookup: Lookup | None,
+                          connector: ConnectorBase | None) -> str | None:
+        """Step 2: an earlier try may have acted. Found: record it and return the
+        evidence. Absent (and the lookup can prove it): ``None``, go on.
+        Otherwise the step is blocked for a human."""
+        state = step.state if step else "unknown"
+        if lookup is None:
+            raise self.block(
+                name, item, step,
+                f"{name} may have happened ({step.reason if step else 'unknown'}) and there is no "
+                f"lookup to tell: check the external system for {skey}", BlockCause.NO_LOOKUP)
+        try:
+            result = lookup(skey)
+        except Exception as exc:  # noqa: BLE001 - the system could not be asked
+            raise StepUnknown(
+                f"step {name} of {self.key} is {state} and the lookup failed "
+                f"({type(exc).__name__}: {exc}); it stays {state}, try again later",
+                key=self.key, step=name, state=state) from None
+        if isinstance(result, Found):
+            self.settle_found(name, result.evidence, item=item)
+            return result.evidence
+        if isinstance(result, Ambiguous):
+            raise self.block(name, item, step, f"lookup is ambiguous: {result.reason}",
+                             BlockCause.AMBIGUOUS)
+        authoritative = connector.authoritative if connector is not None else True
+        if not authoritative and policy_for(cls, self.job.classes).on_unknown != OnUnknown.REEXECUTE:
+            raise self.block(
+                name, item, step,
+                f"the lookup found nothing, but it cannot prove {skey} never happened",
+                BlockCause.NOT_PROVABLE)
+        self._log(skey, "lookup", "absent")
+        return None
 
     def _perform(self, skey: str, name: str, item: str | None, execute: Execute) -> str:
         """Steps 6-7 of the effect algorithm, after a durable intent: execute, then
@@ -493,6 +522,107 @@ class Run:
         self._record(skey, name, item, evidence)
         return evidence
 
+    # --- the same algorithm, one phase per call (the agent protocol) ----------------
+
+    def check(self, name: str, effect_class: str | EffectClass, *,
+              item: str | None = None) -> Decision:
+        """Decide about a step an agent is about to act on (``retrysafe check``).
+
+        The agent can search the external system itself, so it always has a
+        lookup. A new policy block (approval, a class never retried) is recorded
+        at once, so ``status`` shows what waits for a human.
+        """
+        step = self.ledger.step(self._step_key(name, item))
+        decision = self.decide(name, effect_class, item=item, has_lookup=True, step=step)
+        if decision.action is Action.BLOCKED and self.attempt is not None \
+                and decision.state != _S.BLOCKED:
+            assert decision.cause is not None
+            self.block(name, item, step, decision.reason, decision.cause,
+                       effect_class=str(parse_class(effect_class)))
+            decision = Decision(Action.BLOCKED, decision.step_key, _S.BLOCKED.value,
+                                reason=decision.reason, unblock=decision.unblock,
+                                cause=decision.cause)
+        return decision
+
+    def intend(self, name: str, effect_class: str | EffectClass, *, item: str | None = None,
+               absent: str | None = None) -> str:
+        """Write-ahead ``running`` for an agent about to act once (``retrysafe intent``).
+
+        Refused when the step is done, blocked or running elsewhere, and when an
+        earlier try may have acted and the agent has not looked (``absent`` says
+        where it looked and found nothing). Returns the step key.
+        """
+        cls = parse_class(effect_class)
+        step = self.ledger.step(self._step_key(name, item))
+        decision = self.decide(name, cls, item=item, has_lookup=True,
+                               looked_up=absent is not None, step=step)
+        if decision.action is Action.SKIP:
+            raise InvalidInput(f"step {name} of {self.key} is already done (evidence: "
+                               f"{decision.evidence}); do not act again",
+                               key=self.key, step=name, state=_S.DONE)
+        if decision.action is Action.LOOKUP:
+            raise InvalidInput(
+                f"look first: {decision.reason}. Found: 'retrysafe record {self.key} {name} "
+                "--evidence ID'. Certainly absent: add --absent WHERE",
+                key=self.key, step=name, state=decision.state)
+        if decision.action is not Action.EXECUTE:
+            raise self._refusal(name, item, step, decision, cls)
+        if absent is not None:
+            self._log(decision.step_key, "lookup", "absent", where=absent)
+        self.intent(name, cls, item=item, step=step)
+        return decision.step_key
+
+    def record_evidence(self, name: str, evidence: str, *, item: str | None = None) -> bool:
+        """Record what an agent did or found (``retrysafe record``); ``False`` when
+        exactly this evidence was recorded already.
+
+        The step must have been intended. Its own running intent becomes done;
+        an unknown or failed step, or one running under an attempt that is gone,
+        is settled as found. Other evidence for a done step, or any for a
+        blocked one, is refused with the command that records it.
+        """
+        step = self.ledger.step(self._step_key(name, item))
+        if step is None:
+            raise InvalidInput(
+                f"step {name} of {self.key} was never intended: run 'retrysafe check' and "
+                "'retrysafe intent' before acting", key=self.key, step=name)
+        if step.state == _S.DONE:
+            if step.evidence == evidence:
+                return False
+            raise InvalidInput(
+                f"step {name} of {self.key} is already done with evidence {step.evidence}; "
+                f"refusing to record {evidence}", key=self.key, step=name, state=step.state)
+        if step.state == _S.BLOCKED:
+            raise StepBlocked(self.key, name, step.reason, step.cause or BlockCause.AGENT,
+                              target=step_ref(self.key, name, item), evidence=evidence)
+        try:
+            if step.state == _S.RUNNING and self.attempt and step.attempt_id == self.attempt.id:
+                self.record(name, evidence, item=item)
+            else:
+                self.settle_found(name, evidence, item=item, how="agent lookup")
+        except StaleAttempt as exc:
+            raise StaleAttempt.unrecorded(exc, self.key, step_ref(self.key, name, item),
+                                          evidence) from None
+        return True
+
+    def declare_unknown(self, name: str, reason: str, *, item: str | None = None) -> None:
+        """An agent's action may or may not have happened (``retrysafe unknown``)."""
+        step = self.ledger.step(self._step_key(name, item))
+        if step is None or step.state != _S.RUNNING:
+            state = step.state if step else None
+            raise InvalidInput(
+                f"step {name} of {self.key} is {state or 'not started'}, not running: "
+                "only an intended step can become unknown", key=self.key, step=name, state=state)
+        self.mark_unknown(name, reason, item=item)
+
+    def declare_blocked(self, name: str, reason: str, *, item: str | None = None) -> StepBlocked:
+        """An agent stops a step for a human (``retrysafe block``); returns the error."""
+        step = self.ledger.step(self._step_key(name, item))
+        if step is not None and step.state in (_S.DONE, _S.BLOCKED):
+            raise InvalidInput(f"step {name} of {self.key} is {step.state}; nothing to block",
+                               key=self.key, step=name, state=step.state)
+        return self.block(name, item, step, reason, BlockCause.AGENT)
+
     # --- generate steps ------------------------------------------------------------
 
     def generate(
@@ -518,10 +648,10 @@ class Run:
             path = Path(step.artifact)
             if not path.is_file() or sha256_file(path) != step.checksum:
                 raise StepBlocked(
-                    f"accepted artifact {path} of step {name} is missing or changed since it "
-                    f"was accepted (checksum {step.checksum}); restore it or resolve the step",
-                    key=self.key, step=name, state=step.state,
-                    unblock=f"retrysafe resolve {self.key} {name} --absent")
+                    self.key, name,
+                    f"accepted artifact {path} is missing or changed since it was accepted "
+                    f"(checksum {step.checksum}); restore it or resolve the step",
+                    BlockCause.ARTIFACT, target=step_ref(self.key, name, item))
             self._log(skey, "generate", "reused", artifact=str(path))
             self._bring(path, fname)
             return path
@@ -598,99 +728,17 @@ class Run:
         self._log(skey, "generate", "adopted", artifact=str(path))
         return path
 
-    # --- close-out ------------------------------------------------------------------
+    # --- close-out (retrysafe.closeout) -------------------------------------------
 
     def closeout_problems(self, attempt_dir: Path | None = None) -> list[str]:
         """Why this outcome is not done yet: open steps, changed artifacts, failed checks."""
-        problems: list[str] = []
-        steps = self.ledger.steps(self.key)
-        for step in steps:
-            if step.state != _S.DONE:
-                problems.append(f"step {step.name} is {step.state}"
-                                + (f" ({step.reason})" if step.reason else ""))
-            elif step.kind == "generate" and step.artifact:
-                path = Path(step.artifact)
-                if not path.is_file():
-                    problems.append(f"artifact {path} of step {step.name} is missing")
-                elif sha256_file(path) != step.checksum:
-                    problems.append(f"artifact {path} of step {step.name} changed after it was accepted")
-        return problems + self.acceptance_problems(steps, attempt_dir)
+        return closeout.closeout_problems(self, attempt_dir)
 
     def acceptance_problems(self, steps: list[StepRecord],
                             attempt_dir: Path | None = None) -> list[str]:
-        """The job's own acceptance: ``expected_artifacts`` exist (in the attempt
-        folder, or beside an accepted artifact) and every ``accept`` command passes."""
-        problems: list[str] = []
-        artifact_dirs: list[Path] = [attempt_dir or self.dir]
-        artifact_dirs += [Path(s.artifact).parent for s in steps
-                          if s.kind == "generate" and s.artifact and s.state == _S.DONE]
-        for rel in self.job.expected_artifacts:
-            if not any((d / rel).is_file() for d in artifact_dirs):
-                problems.append(f"expected artifact {rel} does not exist")
-        import subprocess
-
-        for cmd in self.job.accept:
-            env = {**os.environ, **self.env()} if self.attempt else dict(os.environ)
-            proc = subprocess.run(["/bin/sh", "-c", cmd], cwd=attempt_dir or self.dir, env=env,
-                                  capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
-                problems.append(f"acceptance check {cmd!r} exited {proc.returncode}"
-                                + (f": {tail[0]}" if tail[0] else ""))
-        return problems
-
-    def _abandon_own_running(self) -> None:
-        attempt = self._attempt()
-        for step in self.ledger.steps(self.key):
-            if step.state == _S.RUNNING and step.attempt_id == attempt.id:
-                try:
-                    self.ledger.move_step(
-                        attempt, step.step_key, _S.UNKNOWN, name=step.name, item=step.item,
-                        expect=[_S.RUNNING],
-                        reason="its process ended before recording a result")
-                except Busy:
-                    continue
+        """The job's own acceptance: ``expected_artifacts`` exist and ``accept`` commands pass."""
+        return closeout.acceptance_problems(self, steps, attempt_dir)
 
     def close(self, success: bool, reason: str = "") -> OutcomeRecord:
         """Close-out: ``done`` only when every check passes; otherwise what the steps say."""
-        attempt = self._attempt()
-        self._abandon_own_running()
-        problems = self.closeout_problems() if success else []
-        steps = self.ledger.steps(self.key)
-        states = {s.state for s in steps}
-        if success and not problems:
-            state, why = _O.DONE, ""
-        elif _S.BLOCKED in states:
-            state = _O.BLOCKED
-            blocked = next(s for s in steps if s.state == _S.BLOCKED)
-            why = f"step {blocked.name}: {blocked.reason}"
-        elif states & {_S.UNKNOWN, _S.RUNNING}:
-            state = _O.UNKNOWN
-            unknown = next(s for s in steps if s.state in (_S.UNKNOWN, _S.RUNNING))
-            why = f"step {unknown.name} may or may not have happened: {unknown.reason}"
-        else:
-            state = _O.FAILED
-            failed = [f"step {s.name} failed: {s.reason}" for s in steps if s.state == _S.FAILED]
-            why = "; ".join(failed + problems) or reason or "the command failed"
-        if problems and state != _O.FAILED:
-            why = why + "; " + "; ".join(p for p in problems if not p.startswith("step "))
-            why = why.rstrip("; ")
-        out: OutcomeRecord = self.ledger.finish(attempt, state, why, accepted=state == _O.DONE)
-        # terminal status first; the summary is a nicety written after it
-        self.folder.write_status(attempt.id, state, reason=why)
-        self._log(self.key, "closeout", state, reason=why, sync=True)
-        self.folder.write_summary(
-            state,
-            f"attempt-{attempt.number}" if state == _O.DONE else
-            (self._accepted_name(out)),
-            why,
-            {s.step_key: {"state": s.state, "evidence": s.evidence} for s in steps},
-        )
-        self.folder.close()
-        return out
-
-    def _accepted_name(self, out: OutcomeRecord) -> str | None:
-        if not out.accepted_attempt:
-            return None
-        rec = self.ledger.attempt(out.accepted_attempt)
-        return f"attempt-{rec.number}" if rec else None
+        return closeout.close(self, success, reason)

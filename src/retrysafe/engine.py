@@ -20,51 +20,75 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from . import envvars
 from .attempt import Run
 from .config import Config, Job, ensure_home, load_config
 from .errors import (
     AttemptNotActive,
     AttemptsExhausted,
     Busy,
+    InvalidInput,
     NotInAttempt,
     OutcomeBlocked,
+    RetrysafeError,
     StaleAttempt,
+    unblock_command,
 )
-from .keys import check_key, check_name
-from .ledger import Claim, Holder, Ledger, OutcomeRecord, open_ledger
+from .keys import check_key, check_name, step_ref
+from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, open_ledger
 from .process import holder_gone, this_holder
+from .states import BlockCause, ClaimStatus, StepState
 
-__all__ = ["DRILL_ENV", "Engine", "Start", "start", "unblock_hint"]
+__all__ = ["DRILL_ENV", "LEASE_FIELD", "Engine", "Start", "start", "unblock_hint"]
 
-DRILL_ENV = "RETRYSAFE_DRILL_TRIAL"
+DRILL_ENV = envvars.DRILL_TRIAL
 """Set by ``retrysafe drill``: the trial id appended to the outcome key (``KEY~ID``)."""
+
+LEASE_FIELD = "agent_lease_seconds"
+"""Context field of an attempt begun by an agent: the lease each later command renews."""
 
 
 @dataclass(frozen=True)
 class Start:
     """What :meth:`Engine.begin` found: a started :class:`Run`, or why not."""
 
-    status: str  # started | done | busy | blocked
+    status: ClaimStatus
     key: str
     outcome: OutcomeRecord
     run: Run | None
     claim: Claim
+    unblock: str = ""
+    """for ``blocked``: the command that moves the outcome"""
 
     @property
     def reason(self) -> str:
         return self.claim.reason
 
+    def refusal(self) -> RetrysafeError | None:
+        """Why no attempt started, as the error to raise (``None``: started or done)."""
+        if self.status is ClaimStatus.BUSY:
+            holder = self.claim.attempt
+            if holder is None:
+                return Busy.held(self.key, self.outcome.state, None)
+            return Busy.held(self.key, self.outcome.state, holder.number, holder.holder.pid,
+                             holder.holder.host, holder.lease_expires)
+        if self.status is ClaimStatus.BLOCKED:
+            if self.outcome.cause == BlockCause.EXHAUSTED:
+                return AttemptsExhausted(self.key, self.reason)
+            return OutcomeBlocked(self.key, self.reason, cause=self.outcome.cause or BlockCause.AGENT,
+                                  unblock=self.unblock)
+        return None
+
 
 def unblock_hint(ledger: Ledger, out: OutcomeRecord) -> str:
-    """The command a human runs to move a blocked outcome."""
-    if out.reason.startswith("attempts exhausted"):
-        return f"retrysafe retry {out.key}"
-    for step in ledger.steps(out.key):
-        if step.state == "blocked":
-            if step.reason.startswith("awaiting approval"):
-                return f"retrysafe approve {out.key} {step.name}"
-            return f"retrysafe resolve {out.key} {step.name} --found EVIDENCE | --absent"
-    return f"retrysafe retry {out.key}"
+    """The command a human runs to move a blocked outcome: its blocked step's
+    (by the step's cause), or ``retry`` for an outcome out of attempts."""
+    if out.cause != BlockCause.EXHAUSTED:
+        for step in ledger.steps(out.key):
+            if step.state == StepState.BLOCKED:
+                return unblock_command(step.cause or BlockCause.AGENT, out.key,
+                                       step_ref(out.key, step.name, step.item))
+    return unblock_command(BlockCause.EXHAUSTED, out.key)
 
 
 class Engine:
@@ -114,11 +138,16 @@ class Engine:
     ) -> tuple[Job, str, dict[str, str]]:
         spec = self.config.job(job)
         key, canonical = spec.outcome_key(params, now)
-        trial = os.environ.get(DRILL_ENV)
+        trial = os.environ.get(envvars.DRILL_TRIAL)
         if trial:
             # drill trials get outcomes of their own, so their effects never meet
             key = check_key(f"{key}~{check_name('drill trial', trial)}")
         return spec, key, canonical
+
+    def run_for(self, job: Job, attempt: AttemptRecord | None,
+                outcome: OutcomeRecord | None = None) -> Run:
+        """A :class:`Run` of ``attempt`` (``None``: a read-only view of ``outcome``)."""
+        return Run(self.ledger, self.config.settings, job, attempt, outcome)
 
     def begin(
         self,
@@ -128,33 +157,45 @@ class Engine:
         holder: Holder | None = None,
         context: Mapping[str, str] | None = None,
         now: datetime | None = None,
+        lease_seconds: float | None = None,
     ) -> Start:
-        """Claim the next attempt of the outcome ``job`` + ``params`` names."""
+        """Claim the next attempt of the outcome ``job`` + ``params`` names.
+
+        ``lease_seconds`` (default: the job's) is how long the attempt lives
+        without a renewal; an agent's attempt records it, so each later
+        command renews the same lease (:meth:`resume`).
+        """
         spec, key, canonical = self.outcome_key(job, params, now)
         ensure_home(self.home)
+        context = dict(context or {})
+        if lease_seconds is not None:
+            context[LEASE_FIELD] = str(lease_seconds)
         claim = self.ledger.claim(
             key,
             job=spec.name,
             params=canonical,
             holder=holder or this_holder(),
-            lease_seconds=spec.lease_seconds,
+            lease_seconds=lease_seconds or spec.lease_seconds,
             max_attempts=spec.max_attempts,
             holder_gone=holder_gone,
             context=context,
         )
         run = None
-        if claim.status == "started":
+        unblock = ""
+        if claim.status is ClaimStatus.STARTED:
             assert claim.attempt is not None
-            run = Run(self, spec, claim.attempt, claim.outcome)
+            run = self.run_for(spec, claim.attempt, claim.outcome)
             run.folder.create()
-            run.folder.write_status(claim.attempt.id, "running", context=dict(context or {}))
+            run.folder.write_status(claim.attempt.id, "running", context=context)
             run.folder.log(claim.attempt.id, key, "begin", "started",
                            superseded=claim.superseded.id if claim.superseded else None)
-        return Start(claim.status, key, claim.outcome, run, claim)
+        elif claim.status is ClaimStatus.BLOCKED:
+            unblock = unblock_hint(self.ledger, claim.outcome)
+        return Start(claim.status, key, claim.outcome, run, claim, unblock)
 
     def attach(self, attempt_id: str | None = None) -> Run:
         """The current attempt, for a step command running inside ``retrysafe run``."""
-        attempt_id = attempt_id or os.environ.get("RETRYSAFE_ATTEMPT_ID")
+        attempt_id = attempt_id or os.environ.get(envvars.ATTEMPT_ID)
         if not attempt_id:
             raise NotInAttempt(
                 "not inside an attempt: run this under 'retrysafe run JOB -- ...' "
@@ -170,7 +211,30 @@ class Engine:
                 key=record.outcome_key,
             )
         out = self.ledger.require_outcome(record.outcome_key)
-        return Run(self, self.config.job(out.job), record, out)
+        return self.run_for(self.config.job(out.job), record, out)
+
+    def resume(self, key: str, attempt_id: str | None) -> Run:
+        """An agent's attempt at ``key``, its lease renewed: the agent is alive.
+
+        An agent holds its attempt by a lease, not a process; every command of
+        the attempt renews the lease ``begin`` chose.
+        """
+        run = self.attach(attempt_id)
+        assert run.attempt is not None
+        if run.key != key:
+            raise InvalidInput(
+                f"attempt {run.attempt.id} belongs to {run.key}, not {key}: "
+                "use the key 'retrysafe begin' printed",
+                key=key,
+            )
+        lease = float(run.attempt.context.get(LEASE_FIELD, run.job.lease_seconds))
+        self.ledger.renew(run.attempt, lease)
+        return run
+
+    def reader(self, key: str) -> Run:
+        """A read-only view of the outcome ``key``: decides, never writes."""
+        out = self.ledger.require_outcome(key)
+        return self.run_for(self.config.job(out.job), None, out)
 
 
 @contextmanager
@@ -195,19 +259,12 @@ def start(
     engine = Engine.open(home, config, ledger)
     try:
         begun = engine.begin(job, params or {})
-        if begun.status == "done":
-            yield Run.finished(engine, engine.config.job(job), begun.outcome)
+        if begun.status is ClaimStatus.DONE:
+            yield engine.run_for(engine.config.job(job), None, begun.outcome)
             return
-        if begun.status == "busy":
-            holder = begun.claim.attempt
-            raise Busy(
-                f"{begun.key} is held by attempt {holder.number if holder else '?'}; try later",
-                key=begun.key, state=begun.outcome.state,
-            )
-        if begun.status == "blocked":
-            cls = AttemptsExhausted if begun.reason.startswith("attempts exhausted") else OutcomeBlocked
-            raise cls(f"{begun.key} is blocked: {begun.reason}", key=begun.key,
-                      unblock=unblock_hint(engine.ledger, begun.outcome))
+        refusal = begun.refusal()
+        if refusal is not None:
+            raise refusal
         run = begun.run
         assert run is not None
         if heartbeat:

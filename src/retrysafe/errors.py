@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from .states import BlockCause
+
 __all__ = [
     "EXIT_BLOCKED",
     "EXIT_BUSY",
@@ -40,6 +42,7 @@ __all__ = [
     "UnknownJob",
     "UnknownOutcome",
     "UnknownStep",
+    "unblock_command",
 ]
 
 EXIT_DONE = 0
@@ -149,11 +152,29 @@ class Busy(RetrysafeError):
 
     exit_code = EXIT_BUSY
 
+    @classmethod
+    def held(cls, key: str, state: str, number: int | None, pid: int | None = None,
+             host: str | None = None, lease_expires: float | None = None) -> Busy:
+        """``key`` is held by attempt ``number`` (``pid`` on ``host`` until ``lease_expires``)."""
+        from .timefmt import when
+
+        who = f"attempt {number}" if number is not None else "another attempt"
+        if number is not None and host is not None:
+            who += f" (pid {pid} on {host}, lease until {when(lease_expires)})"
+        return cls(f"{key} is held by {who}; try later", key=key, state=state)
+
 
 class StaleAttempt(RetrysafeError):
     """This attempt's fencing token is no longer current; its writes are refused."""
 
     exit_code = EXIT_BUSY
+
+    @classmethod
+    def unrecorded(cls, exc: StaleAttempt, key: str, step: str, evidence: str) -> StaleAttempt:
+        """``exc``, for evidence an agent could not record: what to run instead."""
+        return cls(f"{exc.message}; evidence {evidence} was NOT recorded: if {key}/{step} is "
+                   f"still unknown, run '{unblock_command(BlockCause.AGENT, key, step, evidence=evidence)}'",
+                   key=key, step=step)
 
 
 class AttemptNotActive(StaleAttempt):
@@ -163,30 +184,71 @@ class AttemptNotActive(StaleAttempt):
 # --- outcomes and steps -----------------------------------------------------------
 
 
+def unblock_command(cause: BlockCause | str, key: str, step: str | None = None, *,
+                    evidence: str | None = None) -> str:
+    """The command a human runs to move what ``cause`` blocked, quoted for the shell.
+
+    ``step`` names the step (its full step key for per-item work); without
+    one, the outcome itself is blocked. ``evidence``: what an agent found, so
+    the command records exactly that.
+    """
+    from shlex import quote
+
+    if step is None or cause == BlockCause.EXHAUSTED:
+        return f"retrysafe retry {quote(key)}"
+    target = f"{quote(key)} {quote(step)}"
+    if cause == BlockCause.APPROVAL:
+        return f"retrysafe approve {target}"
+    if evidence is not None:
+        return f"retrysafe resolve {target} --found {quote(evidence)}"
+    if cause in (BlockCause.NOT_RETRIED, BlockCause.ARTIFACT):
+        return f"retrysafe resolve {target} --absent"
+    return f"retrysafe resolve {target} --found EVIDENCE | --absent"
+
+
 class OutcomeBlocked(RetrysafeError):
-    """The outcome is blocked; ``unblock`` says the command that would move it."""
+    """The outcome is blocked; ``unblock`` is the command that would move it,
+    ``cause`` why (a :class:`~retrysafe.states.BlockCause`)."""
 
     exit_code = EXIT_BLOCKED
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        key: str | None = None,
-        step: str | None = None,
-        state: str | None = "blocked",
-        unblock: str | None = None,
-    ) -> None:
-        super().__init__(message, key=key, step=step, state=state)
+    def __init__(self, key: str, reason: str, *, cause: BlockCause | str,
+                 unblock: str, step: str | None = None, message: str | None = None) -> None:
+        super().__init__(message or f"{key} is blocked: {reason}", key=key, step=step,
+                         state="blocked")
+        self.reason = reason
+        self.cause = BlockCause(cause)
         self.unblock = unblock
 
 
 class AttemptsExhausted(OutcomeBlocked):
     """The job's attempt limit was reached."""
 
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(key, reason, cause=BlockCause.EXHAUSTED,
+                         unblock=unblock_command(BlockCause.EXHAUSTED, key))
+
 
 class StepBlocked(OutcomeBlocked):
-    """A step cannot proceed without a human (ambiguity, missing lookup)."""
+    """A step cannot proceed without a human (ambiguity, missing lookup).
+
+    Build one with :meth:`of`, which picks :class:`ApprovalRequired` for a
+    missing approval. ``target`` is how the unblock command names the step
+    (its full step key for per-item work).
+    """
+
+    def __init__(self, key: str, step: str, reason: str,
+                 cause: BlockCause | str = BlockCause.AMBIGUOUS, *, target: str | None = None,
+                 evidence: str | None = None) -> None:
+        unblock = unblock_command(cause, key, target or step, evidence=evidence)
+        super().__init__(key, reason, cause=cause, unblock=unblock, step=step,
+                         message=f"step {step} of {key} is blocked: {reason}; to unblock: {unblock}")
+
+    @classmethod
+    def of(cls, key: str, step: str, reason: str, cause: BlockCause | str, *,
+           target: str | None = None) -> StepBlocked:
+        kind = ApprovalRequired if cause == BlockCause.APPROVAL else StepBlocked
+        return kind(key, step, reason, cause, target=target)
 
 
 class ApprovalRequired(StepBlocked):

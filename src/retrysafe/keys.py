@@ -21,6 +21,7 @@ __all__ = [
     "render_key",
     "slug",
     "step_key",
+    "step_ref",
     "template_fields",
     "unslug",
     "validate_param",
@@ -181,6 +182,12 @@ def step_key(outcome_key: str, step: str, item: str | None = None) -> str:
         return f"{outcome_key}/{step}"
     check_name("item", item)
     return f"{outcome_key}/{step}/{item}"
+
+
+def step_ref(outcome_key: str, step: str, item: str | None = None) -> str:
+    """How a command names a step of ``outcome_key`` (``retrysafe resolve KEY REF``):
+    its name, or, for per-item work, its full step key."""
+    return step_key(outcome_key, step, item) if item else step
 
 
 _SAFE = frozenset(string.ascii_letters + string.digits + "-_.")

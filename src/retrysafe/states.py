@@ -13,7 +13,10 @@ __all__ = [
     "OUTCOME_TRANSITIONS",
     "PROGRESS_MARKS",
     "STEP_TRANSITIONS",
+    "Action",
     "AttemptState",
+    "BlockCause",
+    "ClaimStatus",
     "OutcomeState",
     "StepState",
     "can_move",
@@ -30,11 +33,6 @@ class OutcomeState(StrEnum):
     UNKNOWN = "unknown"
     BLOCKED = "blocked"
 
-    @property
-    def terminal(self) -> bool:
-        """Only ``done`` is final; everything else may be retried or resolved."""
-        return self is OutcomeState.DONE
-
 
 class StepState(StrEnum):
     PLANNED = "planned"
@@ -49,6 +47,61 @@ class AttemptState(StrEnum):
     ACTIVE = "active"
     FINISHED = "finished"
     SUPERSEDED = "superseded"
+
+
+class ClaimStatus(StrEnum):
+    """The answer to "may I start an attempt at this outcome?"."""
+
+    STARTED = "started"
+    """a new attempt holds the outcome"""
+    DONE = "done"
+    """the outcome is done: nothing to do"""
+    BUSY = "busy"
+    """another live attempt holds it"""
+    BLOCKED = "blocked"
+    """a human must act first"""
+
+
+class Action(StrEnum):
+    """What to do about one effect step, before acting (``retrysafe check``)."""
+
+    EXECUTE = "execute"
+    """nothing recorded: write the intent, act once, record"""
+    SKIP = "skip"
+    """done earlier: the evidence is known"""
+    LOOKUP = "lookup"
+    """an earlier try may have acted: look in the external system first"""
+    BLOCKED = "blocked"
+    """a human must act"""
+    BUSY = "busy"
+    """the step is running in a live process"""
+
+
+class BlockCause(StrEnum):
+    """Why a step or an outcome waits for a human; stored beside the reason.
+
+    The reason is English for people; the cause decides (which command
+    unblocks it, whether an approval reopens the step). One per condition.
+    """
+
+    APPROVAL = "approval"
+    """the class needs an approval record (``retrysafe approve``)"""
+    AMBIGUOUS = "ambiguous"
+    """a lookup could not tell whether the effect happened"""
+    NO_LOOKUP = "no_lookup"
+    """the effect may have happened and there is no lookup to tell"""
+    NOT_PROVABLE = "not_provable"
+    """a lookup that cannot prove absence found nothing"""
+    NEVER_BLIND = "never_blind"
+    """the class is never re-executed blindly after an unclear result"""
+    NOT_RETRIED = "not_retried"
+    """the step failed and its class is not retried automatically"""
+    ARTIFACT = "artifact"
+    """an accepted artifact is missing or changed since it was accepted"""
+    AGENT = "agent"
+    """an agent stopped the step with its own reason (``retrysafe block``)"""
+    EXHAUSTED = "exhausted"
+    """(outcomes only) the job's attempt limit was reached (``retrysafe retry``)"""
 
 
 _O = OutcomeState

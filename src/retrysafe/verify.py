@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .attempt import Run
 from .connectors import build_connector
 from .folders import AttemptFolder
 from .fsio import sha256_file
@@ -82,7 +81,7 @@ def verify_outcome(engine: Engine, key: str) -> list[Check]:
             checks.append(Check(subject, True, f"recorded evidence {step.evidence!r} "
                                                "(no independent check declared)"))
     if accepted is not None and job is not None:
-        run = Run(engine, job, accepted)
+        run = engine.run_for(job, accepted)
         # step states and checksums were checked above; add the job's own acceptance
         failed = run.acceptance_problems(steps)
         checks.extend(Check("acceptance", False, p) for p in failed)

@@ -42,3 +42,55 @@ def test_a_version_2_ledger_is_upgraded_and_its_step_moves_keep_their_history(
         assert steps == [("", "running", "attempt-1"), ("running", "done", "attempt-1")]
         marks = [(e.from_state, e.to_state) for e in led.history("job:1") if e.kind == "outcome"]
         assert marks[-1] == ("running", "delivered")
+
+
+_LEGACY_BLOCKS = {
+    # step name -> (reason as earlier versions wrote it, the cause schema 4 gives it)
+    "charge": ("awaiting approval: class payment needs an approval record", "approval"),
+    "post": ("lookup is ambiguous: two drafts titled X", "ambiguous"),
+    "ping": ("the lookup found nothing, but it cannot prove job:1/ping never happened",
+             "not_provable"),
+    "mail": ("mail may have happened (timeout) and there is no lookup to tell: check the "
+             "external system for job:1/mail", "no_lookup"),
+    "wipe": ("class delete is never retried blindly after an unclear result", "never_blind"),
+    "drop": ("drop failed (denied); class delete is not retried automatically", "not_retried"),
+    "sms": ("two messages on the gateway, ids 4 and 5", "agent"),
+}
+
+
+def test_a_version_3_ledger_gets_block_causes_from_its_reasons(tmp_path: Path) -> None:
+    """Schema 4 stores why a step is blocked as a cause; rows blocked before the
+    upgrade get the cause their reason text was written for, so approving and
+    unblocking keep working on them without parsing English."""
+    from retrysafe.engine import unblock_hint
+
+    path = tmp_path / "ledger.sqlite3"
+    _ledger_at(path, 3)
+    backend = SqliteBackend(path)
+    try:
+        with backend.transaction() as tx:
+            for key, reason in (("job:1", "step post: lookup is ambiguous: two drafts titled X"),
+                                ("job:2", "attempts exhausted (3 of 3); check what failed")):
+                tx.run("INSERT INTO rs_outcomes (key, job, params, state, reason, created_at,"
+                       " updated_at) VALUES (?, 'job', '{}', 'blocked', ?, 0, 0)", (key, reason))
+            for name, (reason, _) in _LEGACY_BLOCKS.items():
+                tx.run("INSERT INTO rs_steps (step_key, outcome_key, name, kind, state, reason,"
+                       " created_at, updated_at) VALUES (?, 'job:1', ?, 'effect', 'blocked', ?, 0, 0)",
+                       (f"job:1/{name}", name, reason))
+            tx.run("INSERT INTO rs_steps (step_key, outcome_key, name, kind, state, reason,"
+                   " evidence, created_at, updated_at)"
+                   " VALUES ('job:1/done', 'job:1', 'done', 'effect', 'done', '', 'id-9', 0, 0)")
+    finally:
+        backend.close()
+    with open_ledger(f"sqlite:///{path}") as led:
+        causes = {s.name: s.cause for s in led.steps("job:1")}
+        assert causes == {**{n: c for n, (_, c) in _LEGACY_BLOCKS.items()}, "done": ""}
+        out1, out2 = led.outcome("job:1"), led.outcome("job:2")
+        assert out1 is not None and out2 is not None
+        assert out1.cause in {c for _, c in _LEGACY_BLOCKS.values()}
+        assert out2.cause == "exhausted"
+        assert unblock_hint(led, out2) == "retrysafe retry job:2"
+        approved = led.approve("job:1", "charge", actor="ops")
+        assert (approved.state, approved.cause) == ("planned", "")
+        still = led.approve("job:1", "post", actor="ops")
+        assert (still.state, still.cause) == ("blocked", "ambiguous")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -45,12 +44,6 @@ def json_option(f: F) -> F:
 
 def emit_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
-
-
-def when(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

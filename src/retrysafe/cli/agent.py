@@ -27,45 +27,27 @@ from typing import Any
 
 import click
 
-from ..attempt import Decision, Run
-from ..engine import Engine, unblock_hint
-from ..errors import (
-    EXIT_BLOCKED,
-    EXIT_BUSY,
-    EXIT_DONE,
-    EXIT_FAILED,
-    Busy,
-    InvalidInput,
-    StaleAttempt,
-    StepBlocked,
-)
+from .. import envvars
+from ..attempt import Decision
+from ..engine import unblock_hint
+from ..errors import EXIT_BLOCKED, EXIT_BUSY, EXIT_DONE, EXIT_FAILED, InvalidInput, StaleAttempt
 from ..keys import parse_assignments, step_key
 from ..ledger import Holder
 from ..process import host_id
+from ..states import Action, ClaimStatus
 from ._common import emit_json, json_option, state
-from .missed import missed
 
-__all__ = [
-    "AGENT_COMMANDS",
-    "begin",
-    "block",
-    "check",
-    "close",
-    "intent",
-    "missed",
-    "record",
-    "unknown",
-]
+__all__ = ["begin", "block", "check", "close", "intent", "record", "unknown"]
 
-_LEASE_FIELD = "agent_lease_seconds"
 _STATE_EXIT = {"done": EXIT_DONE, "blocked": EXIT_BLOCKED}
+_ACTION_EXIT = {Action.BLOCKED: EXIT_BLOCKED, Action.BUSY: EXIT_BUSY}
 
 
 def _attempt_option(f: Any) -> Any:
     return click.option(
         "--attempt",
         "attempt_id",
-        envvar="RETRYSAFE_ATTEMPT_ID",
+        envvar=envvars.ATTEMPT_ID,
         metavar="ID",
         help="Attempt id printed by 'retrysafe begin' (default: $RETRYSAFE_ATTEMPT_ID).",
     )(f)
@@ -83,50 +65,6 @@ def _class_option(f: Any) -> Any:
 
 def _item_option(f: Any) -> Any:
     return click.option("--item", metavar="ID", help="Per-item work: the step key gets /ID.")(f)
-
-
-def _attach(engine: Engine, key: str, attempt_id: str | None) -> Run:
-    """The caller's attempt at ``key``, its lease renewed (the agent is alive)."""
-    run = engine.attach(attempt_id)
-    assert run.attempt is not None
-    if run.key != key:
-        raise InvalidInput(
-            f"attempt {run.attempt.id} belongs to {run.key}, not {key}: "
-            "use the key 'retrysafe begin' printed",
-            key=key,
-        )
-    lease = float(run.attempt.context.get(_LEASE_FIELD, run.job.lease_seconds))
-    engine.ledger.renew(run.attempt, lease)
-    return run
-
-
-def _reader(engine: Engine, key: str) -> Run:
-    """A read-only view of ``key`` for ``check`` without an attempt."""
-    out = engine.ledger.require_outcome(key)
-    return Run.finished(engine, engine.config.job(out.job), out)
-
-
-def _persist_block(
-    run: Run, step: str, item: str | None, decision: Decision, effect_class: str
-) -> StepBlocked:
-    """Make a policy block visible in the ledger (status shows it), then report it."""
-    record = run.ledger.step(decision.step_key)
-    if run.attempt is None or (record is not None and record.state == "blocked"):
-        return StepBlocked(
-            f"step {step} of {run.key} is blocked: {decision.reason}; to unblock: {decision.unblock}",
-            key=run.key,
-            step=step,
-            unblock=decision.unblock,
-        )
-    return run.block(  # the phase the library's effect() uses for the same case
-        step,
-        item,
-        record,
-        decision.reason,
-        decision.unblock,
-        approval=decision.reason.startswith("awaiting approval"),
-        effect_class=effect_class,
-    )
 
 
 # --- begin -----------------------------------------------------------------------------
@@ -163,46 +101,32 @@ def begin(job_name: str, params: tuple[str, ...], lease: int | None, as_json: bo
     from ..openclaw.context import detect_context
 
     engine = state().engine
-    spec = engine.config.job(job_name)
-    lease_seconds = lease or spec.lease_seconds
-    context = {**detect_context(), _LEASE_FIELD: str(lease_seconds)}
+    lease_seconds = lease or engine.config.job(job_name).lease_seconds
     # No pid: an agent's shell calls come and go; the lease alone says it is alive.
-    begun = engine.begin(
-        job_name,
-        parse_assignments(params),
-        holder=Holder(host=host_id(), pid=None),
-        context=context,
-    )
-    info: dict[str, Any] = {
-        "status": begun.status,
-        "key": begun.key,
-        "job": job_name,
-        "state": begun.outcome.state,
-    }
-    if begun.status == "started":
-        run = begun.run
-        assert run is not None and run.attempt is not None
-        engine.ledger.renew(run.attempt, lease_seconds)
-        info.update(
-            attempt_id=run.attempt.id,
-            attempt=run.number,
-            folder=str(run.dir),
-            lease_seconds=lease_seconds,
-        )
+    begun = engine.begin(job_name, parse_assignments(params), holder=Holder(host=host_id(), pid=None),
+                         context=detect_context(), lease_seconds=lease_seconds)
+    info: dict[str, Any] = {"status": begun.status.value, "key": begun.key, "job": job_name,
+                            "state": begun.outcome.state}
+    refusal = begun.refusal()
+    run = begun.run
+    if run is not None and run.attempt is not None:
+        attempt = run.attempt
+        info.update(attempt_id=attempt.id, attempt=attempt.number, folder=str(run.dir),
+                    lease_seconds=lease_seconds)
         code = EXIT_DONE
-        line = f"started: {begun.key} attempt {run.number} (id {run.attempt.id}); work in {run.dir}"
-    elif begun.status == "done":
+        line = f"started: {begun.key} attempt {attempt.number} (id {attempt.id}); work in {run.dir}"
+    elif begun.status is ClaimStatus.DONE:
         code, line = EXIT_DONE, f"done: {begun.key} is already done; nothing to do"
-    elif begun.status == "busy":
+    elif begun.status is ClaimStatus.BUSY:
+        assert refusal is not None
         holder = begun.claim.attempt
         info["holder_attempt"] = holder.number if holder else None
-        code = EXIT_BUSY
-        line = f"busy: {begun.key} is held by attempt {holder.number if holder else '?'}; try later"
+        code, line = EXIT_BUSY, f"busy: {refusal.message}"
     else:
         info["reason"] = begun.reason
-        info["unblock"] = unblock_hint(engine.ledger, begun.outcome)
+        info["unblock"] = begun.unblock
         code = EXIT_BLOCKED
-        line = f"blocked: {begun.key}: {begun.reason}; to unblock: {info['unblock']}"
+        line = f"blocked: {begun.key}: {begun.reason}; to unblock: {begun.unblock}"
     if as_json:
         emit_json(info)
     else:
@@ -242,23 +166,13 @@ def check(
       retrysafe check weekly-ops-report:2026-W32 send --class message --json
     """
     engine = state().engine
-    run = _attach(engine, key, attempt_id) if attempt_id else _reader(engine, key)
-    # The agent itself can search the external system, so it always has a lookup.
-    decision = run.decide(step_name, effect_class, item=item, has_lookup=True)
-    if decision.action == "blocked" and run.attempt is not None:
-        blocked = _persist_block(run, step_name, item, decision, effect_class)
-        decision = Decision(
-            "blocked",
-            decision.step_key,
-            "blocked",
-            reason=decision.reason,
-            unblock=blocked.unblock or decision.unblock,
-        )
+    run = engine.resume(key, attempt_id) if attempt_id else engine.reader(key)
+    decision = run.check(step_name, effect_class, item=item)
     if as_json:
         emit_json({"key": key, **decision.to_json()})
     else:
         click.echo(_decision_line(decision))
-    sys.exit({"blocked": EXIT_BLOCKED, "busy": EXIT_BUSY}.get(decision.action, EXIT_DONE))
+    sys.exit(_ACTION_EXIT.get(decision.action, EXIT_DONE))
 
 
 def _decision_line(d: Decision) -> str:
@@ -304,33 +218,8 @@ def intent(
     Example:
       retrysafe intent weekly-ops-report:2026-W32 send --class message --attempt ID
     """
-    engine = state().engine
-    run = _attach(engine, key, attempt_id)
-    decision = run.decide(step_name, effect_class, item=item, has_lookup=True, looked_up=absent is not None)
-    skey = decision.step_key
-    if decision.action == "skip":
-        raise InvalidInput(
-            f"step {step_name} of {key} is already done (evidence: {decision.evidence}); do not act again",
-            key=key,
-            step=step_name,
-            state="done",
-        )
-    if decision.action == "lookup":
-        raise InvalidInput(
-            f"look first: {decision.reason}. Found: 'retrysafe record {key} {step_name} "
-            f"--evidence ID'. Certainly absent: add --absent WHERE",
-            key=key,
-            step=step_name,
-            state=decision.state,
-        )
-    if decision.action == "blocked":
-        raise _persist_block(run, step_name, item, decision, effect_class)
-    if decision.action == "busy":
-        raise Busy(decision.reason, key=key, step=step_name, state=decision.state)
-    assert run.attempt is not None
-    if absent is not None:
-        run.folder.log(run.attempt.id, skey, "lookup", "absent", where=absent)
-    run.intent(step_name, effect_class, item=item)
+    run = state().engine.resume(key, attempt_id)
+    skey = run.intend(step_name, effect_class, item=item, absent=absent)
     click.echo(f"running: {skey}; act once now, then 'retrysafe record {key} {step_name} --evidence ID'")
 
 
@@ -362,58 +251,15 @@ def record(key: str, step_name: str, evidence: str, item: str | None, attempt_id
     evidence = evidence.strip()
     if not evidence:
         raise InvalidInput("--evidence is empty: give the provider's id for the effect")
-    engine = state().engine
     try:
-        run = _attach(engine, key, attempt_id)
+        run = state().engine.resume(key, attempt_id)
     except StaleAttempt as exc:
-        raise _unrecorded(exc, key, step_name, evidence) from None
-    assert run.attempt is not None
+        raise StaleAttempt.unrecorded(exc, key, step_name, evidence) from None
     skey = step_key(key, step_name, item)
-    step = run.ledger.step(skey)
-    if step is None:
-        raise InvalidInput(
-            f"step {step_name} of {key} was never intended: run 'retrysafe check' and "
-            "'retrysafe intent' before acting",
-            key=key,
-            step=step_name,
-        )
-    try:
-        if step.state == "done":
-            if step.evidence == evidence:
-                click.echo(f"done: {skey} (already recorded)")
-                return
-            raise InvalidInput(
-                f"step {step_name} of {key} is already done with evidence {step.evidence}; "
-                f"refusing to record {evidence}",
-                key=key,
-                step=step_name,
-                state="done",
-            )
-        if step.state == "blocked":
-            raise StepBlocked(
-                f"step {step_name} of {key} is blocked ({step.reason}); to unblock: "
-                f"retrysafe resolve {key} {step_name} --found {evidence}",
-                key=key,
-                step=step_name,
-                unblock=f"retrysafe resolve {key} {step_name} --found {evidence}",
-            )
-        if step.state == "running" and step.attempt_id == run.attempt.id:
-            run.record(step_name, evidence, item=item)
-        else:
-            # unknown, failed, or running under an attempt that is gone: a lookup found it
-            run.settle_found(step_name, evidence, item=item, how="agent lookup")
-    except StaleAttempt as exc:
-        raise _unrecorded(exc, key, step_name, evidence) from None
-    click.echo(f"done: {skey}; evidence: {evidence}")
-
-
-def _unrecorded(exc: StaleAttempt, key: str, step: str, evidence: str) -> StaleAttempt:
-    return StaleAttempt(
-        f"{exc.message}; evidence {evidence} was NOT recorded: if {key}/{step} is still "
-        f"unknown, run 'retrysafe resolve {key} {step} --found {evidence}'",
-        key=key,
-        step=step,
-    )
+    if run.record_evidence(step_name, evidence, item=item):
+        click.echo(f"done: {skey}; evidence: {evidence}")
+    else:
+        click.echo(f"done: {skey} (already recorded)")
 
 
 @click.command()
@@ -431,20 +277,8 @@ def unknown(key: str, step_name: str, reason: str, item: str | None, attempt_id:
     Example:
       retrysafe unknown weekly-ops-report:2026-W32 send --reason 'SMTP timeout' --attempt ID
     """
-    engine = state().engine
-    run = _attach(engine, key, attempt_id)
-    skey = step_key(key, step_name, item)
-    step = run.ledger.step(skey)
-    if step is None or step.state != "running":
-        raise InvalidInput(
-            f"step {step_name} of {key} is {step.state if step else 'not started'}, not running: "
-            "only an intended step can become unknown",
-            key=key,
-            step=step_name,
-            state=step.state if step else None,
-        )
-    run.mark_unknown(step_name, reason, item=item)
-    click.echo(f"unknown: {skey}; the next run looks it up before acting")
+    state().engine.resume(key, attempt_id).declare_unknown(step_name, reason, item=item)
+    click.echo(f"unknown: {step_key(key, step_name, item)}; the next run looks it up before acting")
 
 
 @click.command()
@@ -460,24 +294,7 @@ def block(key: str, step_name: str, reason: str, item: str | None, attempt_id: s
     Example:
       retrysafe block KEY publish --reason 'two drafts titled X: ids 41, 42' --attempt ID
     """
-    engine = state().engine
-    run = _attach(engine, key, attempt_id)
-    skey = step_key(key, step_name, item)
-    step = run.ledger.step(skey)
-    if step is not None and step.state in ("done", "blocked"):
-        raise InvalidInput(
-            f"step {step_name} of {key} is {step.state}; nothing to block",
-            key=key,
-            step=step_name,
-            state=step.state,
-        )
-    raise run.block(
-        step_name,
-        item,
-        step,
-        reason,
-        f"retrysafe resolve {key} {step_name} --found EVIDENCE | --absent",
-    )
+    raise state().engine.resume(key, attempt_id).declare_blocked(step_name, reason, item=item)
 
 
 # --- close -------------------------------------------------------------------------------
@@ -503,7 +320,7 @@ def close(key: str, failed_reason: str | None, attempt_id: str | None, as_json: 
       retrysafe close weekly-ops-report:2026-W32 --attempt ID
     """
     engine = state().engine
-    run = _attach(engine, key, attempt_id)
+    run = engine.resume(key, attempt_id)
     out = run.close(success=failed_reason is None, reason=failed_reason or "")
     unblock = unblock_hint(engine.ledger, out) if out.state == "blocked" else ""
     if as_json:
@@ -522,8 +339,3 @@ def close(key: str, failed_reason: str | None, attempt_id: str | None, as_json: 
         if unblock:
             click.echo(f"to unblock: {unblock}")
     sys.exit(_STATE_EXIT.get(out.state, EXIT_FAILED))
-
-
-AGENT_COMMANDS: list[click.Command] = [begin, check, intent, record, unknown, block, close, missed]
-"""Registered by the main group: ``retrysafe begin/check/intent/record/unknown/block/close``,
-and ``retrysafe missed`` (which occurrences an agent or a human still has to backfill)."""

@@ -9,7 +9,8 @@ import click
 from ..engine import unblock_hint
 from ..errors import EXIT_DONE, EXIT_FAILED
 from ..folders import outcome_dir
-from ._common import emit_json, json_option, state, table, when
+from ..timefmt import when
+from ._common import emit_json, json_option, state, table
 
 
 @click.command()

@@ -15,9 +15,18 @@ import click
 
 from ..crash import crash_point
 from ..engine import unblock_hint
-from ..errors import EXIT_BLOCKED, EXIT_BUSY, EXIT_DONE, EXIT_FAILED, InvalidInput, StaleAttempt
+from ..errors import (
+    EXIT_BLOCKED,
+    EXIT_BUSY,
+    EXIT_DONE,
+    EXIT_FAILED,
+    InvalidInput,
+    OutcomeBlocked,
+    StaleAttempt,
+)
 from ..keys import parse_assignments
-from ._common import state, when
+from ..states import ClaimStatus
+from ._common import state
 
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -62,19 +71,17 @@ def run(job_name: str, params: tuple[str, ...], openclaw_run_id: str | None,
         raise InvalidInput(f"command not found: {cmd[0]}")
     begun = engine.begin(job_name, parse_assignments(params), context=run_context(openclaw_run_id))
     key = begun.key
-    if begun.status == "done":
+    if begun.status is ClaimStatus.DONE:
         click.echo(f"done: {key} is already done; nothing to do")
         sys.exit(EXIT_DONE)
-    if begun.status == "busy":
-        holder = begun.claim.attempt
-        who = (f"attempt {holder.number} (pid {holder.holder.pid} on {holder.holder.host}, "
-               f"lease until {when(holder.lease_expires)})") if holder else "another attempt"
-        click.echo(f"busy: {key} is held by {who}; try later")
-        sys.exit(EXIT_BUSY)
-    if begun.status == "blocked":
-        click.echo(f"blocked: {key}: {begun.reason}")
-        click.echo(f"to unblock: {unblock_hint(engine.ledger, begun.outcome)}")
+    refusal = begun.refusal()
+    if isinstance(refusal, OutcomeBlocked):
+        click.echo(f"blocked: {key}: {refusal.reason}")
+        click.echo(f"to unblock: {refusal.unblock}")
         sys.exit(EXIT_BLOCKED)
+    if refusal is not None:
+        click.echo(f"busy: {refusal.message}")
+        sys.exit(refusal.exit_code)
     attempt_run = begun.run
     assert attempt_run is not None and attempt_run.attempt is not None
     crash_point("run", "after-begin")

@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..attempt import Run
 from ..crash import ENV as CRASH_ENV
 from ..engine import DRILL_ENV, Engine
 from ..errors import RetrysafeError
@@ -230,7 +229,7 @@ def settle_interrupted(engine: Engine, key: str) -> list[str]:
         if attempt.state != "active":
             continue
         try:
-            Run(engine, engine.config.job(out.job), attempt).close(
+            engine.run_for(engine.config.job(out.job), attempt).close(
                 success=False, reason="the drill was interrupted")
             closed.append(f"attempt {attempt.number}")
         except RetrysafeError:

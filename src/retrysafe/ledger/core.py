@@ -28,6 +28,8 @@ from ..states import (
     PROGRESS_MARKS,
     STEP_TRANSITIONS,
     AttemptState,
+    BlockCause,
+    ClaimStatus,
     OutcomeState,
     StepState,
     can_move,
@@ -205,17 +207,21 @@ class LedgerCore:
         state: str,
         reason: str,
         *,
+        cause: str = "",
         attempt: AttemptRecord | None = None,
         actor: str = "",
         extra: Mapping[str, Any] | None = None,
     ) -> None:
+        """Move the outcome (a legal transition only) and log it; ``cause`` is why
+        it is blocked (empty for any other state)."""
         if not can_move(OUTCOME_TRANSITIONS, out.state, state):
             raise InvalidInput(
                 f"outcome {out.key}: cannot move from {out.state} to {state}",
                 key=out.key,
                 state=out.state,
             )
-        sets = {"state": state, "reason": reason, "updated_at": tx.now, **(extra or {})}
+        sets = {"state": state, "reason": reason, "cause": cause, "updated_at": tx.now,
+                **(extra or {})}
         cols = ", ".join(f"{c} = ?" for c in sets)
         tx.run(f"UPDATE rs_outcomes SET {cols} WHERE key = ?", (*sets.values(), out.key))
         if state != out.state or reason != out.reason:
@@ -253,31 +259,31 @@ class LedgerCore:
                     f"outcome {key} belongs to job {out.job!r}, not {job!r}", key=key, state=out.state
                 )
             if out.state == _O.DONE:
-                return Claim("done", out)
+                return Claim(ClaimStatus.DONE, out)
             superseded = None
             if out.current_attempt:
                 cur = self._attempt_row(tx, out.current_attempt)
                 if cur and cur.state == AttemptState.ACTIVE:
                     expired = cur.lease_expires <= tx.now
                     if not expired and not holder_gone(cur.holder):
-                        return Claim("busy", out, attempt=cur)
+                        return Claim(ClaimStatus.BUSY, out, attempt=cur)
                     why = "lease expired" if expired else "holder process is gone"
                     self._supersede(tx, out, cur, why)
                     superseded = cur
                     out = self._lock_outcome(tx, key)
                     assert out is not None
             if out.state == _O.BLOCKED:
-                return Claim("blocked", out, reason=out.reason, superseded=superseded)
+                return Claim(ClaimStatus.BLOCKED, out, reason=out.reason, superseded=superseded)
             used = out.attempts - out.budget_base
             if used >= max_attempts:
                 reason = (
                     f"attempts exhausted ({used} of {max_attempts}); "
                     f"check what failed with 'retrysafe status {key}', then 'retrysafe retry {key}'"
                 )
-                self._set_outcome(tx, out, _O.BLOCKED, reason)
+                self._set_outcome(tx, out, _O.BLOCKED, reason, cause=BlockCause.EXHAUSTED)
                 out = self._lock_outcome(tx, key)
                 assert out is not None
-                return Claim("blocked", out, reason=reason, superseded=superseded)
+                return Claim(ClaimStatus.BLOCKED, out, reason=reason, superseded=superseded)
             number, fence = out.attempts + 1, out.fence + 1
             attempt_id = os.urandom(16).hex()  # as unique as a uuid4, without importing uuid
             tx.run(
@@ -302,7 +308,7 @@ class LedgerCore:
             )
             out = self._lock_outcome(tx, key)
             assert out is not None
-            return Claim("started", out, attempt=attempt, superseded=superseded)
+            return Claim(ClaimStatus.STARTED, out, attempt=attempt, superseded=superseded)
 
     def _supersede(self, tx: Tx, out: OutcomeRecord, cur: AttemptRecord, why: str) -> None:
         tx.run(
@@ -367,11 +373,13 @@ class LedgerCore:
         state: str,
         reason: str = "",
         *,
+        cause: str = "",
         accepted: bool = False,
     ) -> OutcomeRecord:
         """End the attempt and set the outcome's state, fenced.
 
-        ``done`` is refused unless every step of the outcome is ``done``.
+        ``done`` is refused unless every step of the outcome is ``done``;
+        ``cause`` says why a ``blocked`` outcome waits for a human.
         """
         with self.backend.transaction() as tx:
             out = self._fenced(tx, attempt)
@@ -405,7 +413,7 @@ class LedgerCore:
             extra: dict[str, Any] = {"current_attempt": None}
             if accepted:
                 extra["accepted_attempt"] = attempt.id
-            self._set_outcome(tx, out, state, reason, attempt=attempt, extra=extra)
+            self._set_outcome(tx, out, state, reason, cause=cause, attempt=attempt, extra=extra)
             got = self._lock_outcome(tx, out.key)
             assert got is not None
             return got
@@ -429,6 +437,7 @@ class LedgerCore:
         expect: Iterable[str | None] | None = None,
         runner: Holder | None = None,
         reason: str = "",
+        cause: str = "",
         outcome_state: str | None = None,
         explain: bool = True,
         **fields: Any,
@@ -440,6 +449,7 @@ class LedgerCore:
         racing on one step cannot both win. Moving to ``running`` records the
         ``runner`` and counts a try. ``outcome_state`` moves the outcome's
         progress mark forward (``generated``/``delivered``) in the same write.
+        ``cause`` is why a ``blocked`` step waits for a human; any move clears it.
 
         The write is conditional on the fence and the expected state, and never
         reads first. When it changes nothing, the refusal says why
@@ -452,7 +462,7 @@ class LedgerCore:
         allowed = None if expect is None else tuple(expect)
         running = to == _RUNNING
         changes: dict[str, Any] = {"state": to, "attempt_id": attempt.id, "fence": attempt.fence,
-                                   "reason": reason}
+                                   "reason": reason, "cause": cause}
         if running:
             r = runner or attempt.holder
             changes["runner_host"], changes["runner_pid"], changes["runner_started"] = r

@@ -8,7 +8,7 @@ instead that no live attempt is working on what it changes.
 from __future__ import annotations
 
 from ..errors import Busy, InvalidInput, UnknownOutcome, UnknownStep
-from ..states import STEP_TRANSITIONS, AttemptState, OutcomeState, StepState, can_move
+from ..states import STEP_TRANSITIONS, AttemptState, BlockCause, OutcomeState, StepState, can_move
 from .backend import Tx
 from .core import LedgerCore
 from .records import AttemptRecord, OutcomeRecord, StepRecord, step_from_row
@@ -63,8 +63,7 @@ class Ledger(LedgerCore):
             "SELECT name FROM rs_steps WHERE outcome_key = ? AND state = ?",
             (out.key, _S.BLOCKED.value),
         )
-        exhausted = out.reason.startswith("attempts exhausted")
-        if still is None and not exhausted:
+        if still is None and out.cause != BlockCause.EXHAUSTED:
             self._set_outcome(tx, out, _O.FAILED, f"{why}; run the job again to continue",
                               actor=actor)
 
@@ -94,7 +93,7 @@ class Ledger(LedgerCore):
             if note:
                 reason += f" ({note})"
             tx.run(
-                "UPDATE rs_steps SET state = ?, evidence = ?, reason = ?, updated_at = ?"
+                "UPDATE rs_steps SET state = ?, evidence = ?, reason = ?, cause = '', updated_at = ?"
                 " WHERE step_key = ?",
                 (to.value, found if found is not None else step.evidence, reason, tx.now,
                  step.step_key),
@@ -135,13 +134,13 @@ class Ledger(LedgerCore):
                 raise InvalidInput(f"step {step.name} of {key} is already done", key=key,
                                    step=step.name, state=step.state)
             approval = actor + (f": {note}" if note else "")
-            to = _S.PLANNED if step.state == _S.BLOCKED and step.reason.startswith(
-                "awaiting approval") else _S(step.state)
+            reopens = step.state == _S.BLOCKED and step.cause == BlockCause.APPROVAL
+            to = _S.PLANNED if reopens else _S(step.state)
             reason = f"approved by {approval}"
             tx.run(
-                "UPDATE rs_steps SET approved_by = ?, state = ?, reason = ?, updated_at = ?"
+                "UPDATE rs_steps SET approved_by = ?, state = ?, reason = ?, cause = ?, updated_at = ?"
                 " WHERE step_key = ?",
-                (approval, to.value, reason, tx.now, step.step_key),
+                (approval, to.value, reason, "" if reopens else step.cause, tx.now, step.step_key),
             )
             self._log(tx, key, kind="approval", step_key=step.step_key, frm=step.state, to=to,
                       actor=actor, reason=reason)

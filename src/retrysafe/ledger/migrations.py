@@ -110,6 +110,28 @@ _V3_SQLITE = [
     + _STEP_EVENT.format(frm="NEW.previous_state") + "END",
 ]
 
+# Why a step or outcome is blocked, as a type the code decides by (states.BlockCause);
+# the reason stays English for people. Existing blocked rows get the cause their
+# reason text was written for; a blocked outcome takes the cause of its blocked step.
+_V4 = """
+ALTER TABLE rs_steps ADD COLUMN cause TEXT NOT NULL DEFAULT '';
+ALTER TABLE rs_outcomes ADD COLUMN cause TEXT NOT NULL DEFAULT '';
+UPDATE rs_steps SET cause = CASE
+    WHEN reason LIKE 'awaiting approval%' THEN 'approval'
+    WHEN reason LIKE 'lookup is ambiguous%' THEN 'ambiguous'
+    WHEN reason LIKE 'the lookup found nothing, but it cannot prove%' THEN 'not_provable'
+    WHEN reason LIKE '%and there is no lookup to tell%' THEN 'no_lookup'
+    WHEN reason LIKE '%is never retried blindly after an unclear result%' THEN 'never_blind'
+    WHEN reason LIKE '%is not retried automatically%' THEN 'not_retried'
+    ELSE 'agent' END
+WHERE state = 'blocked';
+UPDATE rs_outcomes SET cause = CASE
+    WHEN reason LIKE 'attempts exhausted%' THEN 'exhausted'
+    ELSE COALESCE((SELECT MIN(s.cause) FROM rs_steps s
+                   WHERE s.outcome_key = rs_outcomes.key AND s.state = 'blocked'), 'agent') END
+WHERE state = 'blocked'
+"""
+
 Script = str | dict[str, list[str]]
 """A migration: one script for every backend (statements split on ``;``), or
 each backend's own statements, by backend name (a backend not named has none)."""
@@ -118,6 +140,7 @@ MIGRATIONS: list[tuple[int, str, Script]] = [
     (1, "outcomes, attempts, steps and history", _V1),
     (2, "steps remember the state of their last transition (one-statement moves)", _V2),
     (3, "SQLite: step moves write their own history rows", {"sqlite": _V3_SQLITE}),
+    (4, "why a step or outcome is blocked, as its own column", _V4),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -11,6 +11,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from ..states import ClaimStatus
+
 __all__ = ["AttemptRecord", "Claim", "Event", "Holder", "OutcomeRecord", "StepRecord"]
 
 
@@ -34,6 +36,7 @@ class OutcomeRecord(NamedTuple):
     params: Mapping[str, str]
     state: str
     reason: str
+    cause: str
     fence: int
     attempts: int
     budget_base: int
@@ -83,6 +86,7 @@ class StepRecord(NamedTuple):
     connector: str | None
     fingerprint: str | None
     reason: str
+    cause: str
     approved_by: str | None
     runner: Holder | None
     tries: int
@@ -117,10 +121,11 @@ class Claim(NamedTuple):
     """The answer to "may I start an attempt at this outcome?".
 
     ``status`` is ``started`` (``attempt`` is yours), ``done`` (nothing to do),
-    ``busy`` (``attempt`` is the live holder) or ``blocked`` (``reason`` says why).
+    ``busy`` (``attempt`` is the live holder) or ``blocked`` (``reason`` says why,
+    ``outcome.cause`` what settles it).
     """
 
-    status: str
+    status: ClaimStatus
     outcome: OutcomeRecord
     attempt: AttemptRecord | None = None
     reason: str = ""
@@ -148,6 +153,7 @@ def outcome_from_row(row: Mapping[str, Any]) -> OutcomeRecord:
         params=loads_map(row["params"]),
         state=row["state"],
         reason=row["reason"],
+        cause=row["cause"],
         fence=int(row["fence"]),
         attempts=int(row["attempts"]),
         budget_base=int(row["budget_base"]),
@@ -197,6 +203,7 @@ def step_from_row(row: Mapping[str, Any]) -> StepRecord:
         connector=row["connector"],
         fingerprint=row["fingerprint"],
         reason=row["reason"],
+        cause=row["cause"],
         approved_by=row["approved_by"],
         runner=runner,
         tries=int(row["tries"]),

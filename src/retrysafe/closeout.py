@@ -1,0 +1,159 @@
+"""Close-out: the phase that decides whether an attempt made its outcome ``done``.
+
+``done`` means every step is done, every accepted artifact is still the one
+that was accepted, and the job's own acceptance passes (``expected_artifacts``
+exist, ``accept`` commands exit 0), not merely that a command exited 0.
+Otherwise the outcome ends as its steps say: ``blocked`` (a human must act,
+with the blocked step's cause), ``unknown`` (an effect may have happened) or
+``failed``. The terminal status is written before the summary.
+
+:class:`~retrysafe.attempt.Run` calls these functions; they see a run through
+:class:`ClosingRun`, so this module does not depend on ``attempt.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .errors import Busy
+from .fsio import sha256_file
+from .ledger import AttemptRecord, Ledger, OutcomeRecord, StepRecord
+from .states import BlockCause, OutcomeState, StepState
+
+if TYPE_CHECKING:
+    from .config import Job
+    from .folders import AttemptFolder
+
+__all__ = ["ClosingRun", "acceptance_problems", "close", "closeout_problems"]
+
+_S, _O = StepState, OutcomeState
+
+
+class ClosingRun(Protocol):
+    """What close-out needs of a run."""
+
+    ledger: Ledger
+    job: Job
+    key: str
+    attempt: AttemptRecord | None
+    folder: AttemptFolder
+
+    @property
+    def dir(self) -> Path: ...
+
+    def env(self) -> dict[str, str]: ...
+
+    def _attempt(self) -> AttemptRecord: ...
+
+    def _log(self, skey: str, action: str, result: str, **extra: Any) -> None: ...
+
+
+def _step_problems(steps: list[StepRecord]) -> tuple[list[str], list[str]]:
+    """Steps that are not done, and accepted artifacts that are missing or changed."""
+    open_steps: list[str] = []
+    artifacts: list[str] = []
+    for step in steps:
+        if step.state != _S.DONE:
+            open_steps.append(f"step {step.name} is {step.state}"
+                              + (f" ({step.reason})" if step.reason else ""))
+        elif step.kind == "generate" and step.artifact:
+            path = Path(step.artifact)
+            if not path.is_file():
+                artifacts.append(f"artifact {path} of step {step.name} is missing")
+            elif sha256_file(path) != step.checksum:
+                artifacts.append(f"artifact {path} of step {step.name} changed after it was accepted")
+    return open_steps, artifacts
+
+
+def closeout_problems(run: ClosingRun, attempt_dir: Path | None = None) -> list[str]:
+    """Why the outcome is not done yet: open steps, changed artifacts, failed checks."""
+    steps = run.ledger.steps(run.key)
+    open_steps, artifacts = _step_problems(steps)
+    return open_steps + artifacts + acceptance_problems(run, steps, attempt_dir)
+
+
+def acceptance_problems(run: ClosingRun, steps: list[StepRecord],
+                        attempt_dir: Path | None = None) -> list[str]:
+    """The job's own acceptance: ``expected_artifacts`` exist (in the attempt
+    folder, or beside an accepted artifact) and every ``accept`` command passes."""
+    problems: list[str] = []
+    artifact_dirs: list[Path] = [attempt_dir or run.dir]
+    artifact_dirs += [Path(s.artifact).parent for s in steps
+                      if s.kind == "generate" and s.artifact and s.state == _S.DONE]
+    for rel in run.job.expected_artifacts:
+        if not any((d / rel).is_file() for d in artifact_dirs):
+            problems.append(f"expected artifact {rel} does not exist")
+    import subprocess
+
+    for cmd in run.job.accept:
+        env = {**os.environ, **run.env()} if run.attempt else dict(os.environ)
+        proc = subprocess.run(["/bin/sh", "-c", cmd], cwd=attempt_dir or run.dir, env=env,
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+            problems.append(f"acceptance check {cmd!r} exited {proc.returncode}"
+                            + (f": {tail[0]}" if tail[0] else ""))
+    return problems
+
+
+def _abandon_own_running(run: ClosingRun, attempt: AttemptRecord) -> None:
+    """This attempt's steps still ``running`` ended without a result: ``unknown``."""
+    for step in run.ledger.steps(run.key):
+        if step.state == _S.RUNNING and step.attempt_id == attempt.id:
+            try:
+                run.ledger.move_step(
+                    attempt, step.step_key, _S.UNKNOWN, name=step.name, item=step.item,
+                    expect=[_S.RUNNING], reason="its process ended before recording a result")
+            except Busy:
+                continue
+
+
+def _verdict(steps: list[StepRecord], success: bool, reason: str,
+             problems: list[str]) -> tuple[OutcomeState, str, str]:
+    """The outcome's state, reason and block cause, from its steps and problems."""
+    states = {s.state for s in steps}
+    if success and not problems:
+        return _O.DONE, "", ""
+    if _S.BLOCKED in states:
+        blocked = next(s for s in steps if s.state == _S.BLOCKED)
+        return (_O.BLOCKED, f"step {blocked.name}: {blocked.reason}",
+                blocked.cause or BlockCause.AGENT)
+    if states & {_S.UNKNOWN, _S.RUNNING}:
+        unknown = next(s for s in steps if s.state in (_S.UNKNOWN, _S.RUNNING))
+        return _O.UNKNOWN, f"step {unknown.name} may or may not have happened: {unknown.reason}", ""
+    failed = [f"step {s.name} failed: {s.reason}" for s in steps if s.state == _S.FAILED]
+    return _O.FAILED, "; ".join(failed + problems) or reason or "the command failed", ""
+
+
+def close(run: ClosingRun, success: bool, reason: str = "") -> OutcomeRecord:
+    """Close-out: ``done`` only when every check passes; otherwise what the steps say."""
+    attempt = run._attempt()
+    _abandon_own_running(run, attempt)
+    steps = run.ledger.steps(run.key)
+    open_steps, others = _step_problems(steps) if success else ([], [])
+    if success:
+        others += acceptance_problems(run, steps)
+    state, why, cause = _verdict(steps, success, reason, open_steps + others)
+    if others and state != _O.FAILED:
+        why = "; ".join([why, *others]).rstrip("; ")
+    out = run.ledger.finish(attempt, state, why, cause=cause, accepted=state == _O.DONE)
+    # terminal status first; the summary is a nicety written after it
+    run.folder.write_status(attempt.id, state, reason=why)
+    run._log(run.key, "closeout", state, reason=why, sync=True)
+    run.folder.write_summary(
+        state,
+        f"attempt-{attempt.number}" if state == _O.DONE else _accepted_name(run.ledger, out),
+        why,
+        {s.step_key: {"state": s.state, "evidence": s.evidence} for s in steps},
+    )
+    run.folder.close()
+    return out
+
+
+def _accepted_name(ledger: Ledger, out: OutcomeRecord) -> str | None:
+    if not out.accepted_attempt:
+        return None
+    rec = ledger.attempt(out.accepted_attempt)
+    return f"attempt-{rec.number}" if rec else None

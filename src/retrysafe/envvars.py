@@ -1,0 +1,64 @@
+"""Every ``RETRYSAFE_*`` environment variable, named once.
+
+Three kinds: what a user sets to choose where things are (``HOME``,
+``CONFIG``, ``LEDGER``; flag > environment > config file > default), what an
+attempt hands to the commands it runs (``JOB`` ... ``OUTPUT``), and the
+switches of drills and tests (``CRASH_AT``, ``DRILL_*``, ``DEBUG``).
+docs/cli.md documents each.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ATTEMPT",
+    "ATTEMPT_DIR",
+    "ATTEMPT_ID",
+    "CONFIG",
+    "CRASH_AT",
+    "DEBUG",
+    "DRILL_CUT",
+    "DRILL_FAIL",
+    "DRILL_TRIAL",
+    "EVIDENCE",
+    "HOME",
+    "JOB",
+    "LEDGER",
+    "OUTCOME_KEY",
+    "OUTPUT",
+    "STEP_KEY",
+]
+
+# --- where things are (set by the user) ---
+HOME = "RETRYSAFE_HOME"
+"""The home folder: runs/, the SQLite ledger, retrysafe.toml."""
+CONFIG = "RETRYSAFE_CONFIG"
+"""The config file (default: HOME/retrysafe.toml)."""
+LEDGER = "RETRYSAFE_LEDGER"
+"""The ledger URL (sqlite:///PATH or postgresql://...)."""
+
+# --- what an attempt hands to its commands ---
+JOB = "RETRYSAFE_JOB"
+OUTCOME_KEY = "RETRYSAFE_OUTCOME_KEY"
+ATTEMPT = "RETRYSAFE_ATTEMPT"
+"""The attempt's number (1, 2, ...)."""
+ATTEMPT_ID = "RETRYSAFE_ATTEMPT_ID"
+"""The attempt's id: what ``retrysafe step`` attaches to."""
+ATTEMPT_DIR = "RETRYSAFE_ATTEMPT_DIR"
+STEP_KEY = "RETRYSAFE_STEP_KEY"
+"""The step key a step command hands to the provider."""
+OUTPUT = "RETRYSAFE_OUTPUT"
+"""Where a generate command writes its artifact."""
+EVIDENCE = "RETRYSAFE_EVIDENCE"
+"""The recorded evidence, for a step's ``--check`` run by ``retrysafe verify``."""
+
+# --- drills and tests ---
+CRASH_AT = "RETRYSAFE_CRASH_AT"
+"""``STEP:POINT[,...]``: SIGKILL this process there (retrysafe.crash)."""
+DRILL_TRIAL = "RETRYSAFE_DRILL_TRIAL"
+"""Set by ``retrysafe drill``: the trial id appended to the outcome key (``KEY~ID``)."""
+DRILL_FAIL = "RETRYSAFE_DRILL_FAIL"
+"""In a drill trial: these steps fail definitely, without running."""
+DRILL_CUT = "RETRYSAFE_DRILL_CUT"
+"""In a drill trial: these steps run, then their answer is lost."""
+DEBUG = "RETRYSAFE_DEBUG"
+"""Print the traceback of an internal error."""
