@@ -170,3 +170,56 @@ def test_busy_while_another_attempt_holds_the_lease(home: Path) -> None:
     with (retrysafe.start("report", {"week": "2026-W06"}, home=home), pytest.raises(Busy),
           retrysafe.start("report", {"week": "2026-W06"}, home=home)):
         pass
+
+
+def test_public_exports_are_one_table_and_the_type_checker_sees_the_same(home: Path) -> None:
+    """``retrysafe.__all__`` comes from one table; the type-checking imports name the
+    same objects, each resolves, and internal types (Start, Decision) stay internal."""
+    import ast
+    import importlib.metadata
+
+    tree = ast.parse(Path(retrysafe.__file__).read_text("utf-8"))
+    guarded = next(n for n in tree.body if isinstance(n, ast.If)
+                   and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING")
+    typed = {alias.name: node.module for node in guarded.body if isinstance(node, ast.ImportFrom)
+             for alias in node.names}
+    assert {name: mod.lstrip(".") for name, mod in typed.items() if mod} == retrysafe._EXPORTS
+    assert sorted(retrysafe.__all__) == sorted(typed)
+    for name in retrysafe.__all__:
+        assert getattr(retrysafe, name) is not None
+    assert "Start" not in retrysafe.__all__ and "Decision" not in retrysafe.__all__
+    assert retrysafe.__version__ == importlib.metadata.version("retrysafe")
+
+
+def test_a_blocked_step_says_its_cause_and_an_unblock_command_quoted_for_the_shell(
+        tmp_path: Path) -> None:
+    """The block cause is a type the code decides by; the unblock command is built
+    from it once and quoted once, so a key with a space or a quote pastes safely."""
+    import shlex
+
+    from retrysafe.states import BlockCause
+
+    (tmp_path / "retrysafe.toml").write_text(
+        '[jobs.team]\nkey = "team:{name}"\nparams = { name = "str" }\n')
+    name = "ops it's me"
+
+    def explode(key: str) -> str:
+        raise ConnectionError("dropped")
+
+    with pytest.raises(StepUnknown), retrysafe.start("team", {"name": name}, home=tmp_path) as run:
+        run.effect("post", "publish", execute=explode, lookup=lambda k: ABSENT)
+    with pytest.raises(StepBlocked) as err, retrysafe.start("team", {"name": name}, home=tmp_path) as run:
+        run.effect("post", "publish", execute=explode, lookup=lambda k: Ambiguous("two drafts"))
+    assert err.value.cause is BlockCause.AMBIGUOUS
+    words = shlex.split(err.value.unblock.split(" | ")[0])
+    assert words == ["retrysafe", "resolve", f"team:{name}", "post", "--found", "EVIDENCE"]
+    with pytest.raises(ApprovalRequired) as approval, \
+            retrysafe.start("team", {"name": "x"}, home=tmp_path) as run:
+        run.effect("charge", "payment", execute=lambda k: "ch_1")
+    assert approval.value.cause is BlockCause.APPROVAL
+    assert shlex.split(approval.value.unblock) == ["retrysafe", "approve", "team:x", "charge"]
+    with retrysafe.Engine.open(tmp_path) as engine:
+        step = engine.ledger.step("team:x/charge")
+        assert step is not None and (step.state, step.cause) == ("blocked", "approval")
+        out = engine.ledger.outcome("team:x")
+        assert out is not None and (out.state, out.cause) == ("blocked", "approval")

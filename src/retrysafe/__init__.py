@@ -7,67 +7,67 @@ The public surface::
     with retrysafe.start("weekly-ops-report", {"week": "2026-W32"}) as run:
         report = run.generate("render", lambda out: out.write_text("..."))
         msg_id = run.effect("send", "message", execute=send, lookup=find_sent)
+
+A ``lookup`` answers :class:`Found` (with the evidence), :data:`ABSENT` (safe to
+execute) or :class:`Ambiguous` (a human must check; the reason says what).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from .attempt import Decision, Run
-    from .config import Config, Job, load_config
-    from .connectors.base import ABSENT, Absent, Ambiguous, ConnectorBase, EffectFailed, Found
-    from .effects import DEFAULT_POLICIES, EffectClass, Policy
-    from .engine import Engine, Start, start
-    from .ledger import Ledger, open_ledger
-    from .states import OutcomeState, StepState
-
-# Imported on first use (PEP 562): the command line imports only what a command needs.
-_LAZY = {
-    "Decision": "attempt", "Run": "attempt",
-    "Config": "config", "Job": "config", "load_config": "config",
+# The public names, each with the module that defines it: the one list of exports.
+# Each is imported on first use (PEP 562), so the command line imports only what a
+# command needs. The imports below only tell type checkers the same; a test keeps
+# them equal to this table (``X as X``: an explicit re-export).
+_EXPORTS = {
     "ABSENT": "connectors.base", "Absent": "connectors.base", "Ambiguous": "connectors.base",
     "ConnectorBase": "connectors.base", "EffectFailed": "connectors.base", "Found": "connectors.base",
+    "Config": "config", "Job": "config", "load_config": "config",
     "DEFAULT_POLICIES": "effects", "EffectClass": "effects", "Policy": "effects",
-    "Engine": "engine", "Start": "engine", "start": "engine",
+    "Engine": "engine", "start": "engine",
     "Ledger": "ledger", "open_ledger": "ledger",
     "OutcomeState": "states", "StepState": "states",
+    "Run": "attempt",
 }
+
+if TYPE_CHECKING:
+    from .attempt import Run as Run
+    from .config import Config as Config
+    from .config import Job as Job
+    from .config import load_config as load_config
+    from .connectors.base import ABSENT as ABSENT
+    from .connectors.base import Absent as Absent
+    from .connectors.base import Ambiguous as Ambiguous
+    from .connectors.base import ConnectorBase as ConnectorBase
+    from .connectors.base import EffectFailed as EffectFailed
+    from .connectors.base import Found as Found
+    from .effects import DEFAULT_POLICIES as DEFAULT_POLICIES
+    from .effects import EffectClass as EffectClass
+    from .effects import Policy as Policy
+    from .engine import Engine as Engine
+    from .engine import start as start
+    from .ledger import Ledger as Ledger
+    from .ledger import open_ledger as open_ledger
+    from .states import OutcomeState as OutcomeState
+    from .states import StepState as StepState
+
+    __version__: str
+
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'retrysafe' has no attribute {name!r}")
-    import importlib
+    if name == "__version__":
+        from importlib.metadata import version
 
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        value: Any = version(__name__)
+    else:
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module 'retrysafe' has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
-
-
-__all__ = [
-    "ABSENT",
-    "DEFAULT_POLICIES",
-    "Absent",
-    "Ambiguous",
-    "Config",
-    "ConnectorBase",
-    "Decision",
-    "EffectClass",
-    "EffectFailed",
-    "Engine",
-    "Found",
-    "Job",
-    "Ledger",
-    "OutcomeState",
-    "Policy",
-    "Run",
-    "Start",
-    "StepState",
-    "load_config",
-    "open_ledger",
-    "start",
-]
-
-__version__ = "0.1.0"

@@ -664,7 +664,13 @@ class Run:
             if adopted is not None:
                 return adopted
         self.intent(name, "local_write", item=item, kind="generate", step=step)
-        out = self.dir / fname
+        out = self._produce(skey, name, item, produce, self.dir / fname)
+        self._accept(name, item, out, validate)
+        return out
+
+    def _produce(self, skey: str, name: str, item: str | None, produce: Callable[[Path], object],
+                 out: Path) -> Path:
+        """Run the generator after its intent; note the artifact's checksum at once."""
         try:
             produce(out)
             if not out.is_file():
@@ -681,6 +687,11 @@ class Run:
         self._move(skey, _S.RUNNING, name=name, item=item, expect=_FROM_RUNNING, artifact=str(out),
                    checksum=sha256_file(out), reason="artifact produced, not yet accepted")
         self._crash_point(name, "after-execute")
+        return out
+
+    def _accept(self, name: str, item: str | None, out: Path,
+                validate: Callable[[Path], bool] | None) -> None:
+        """Validate the artifact and freeze it (``done``, its checksum the evidence)."""
         try:
             ok = validate(out) if validate else True
         except Exception as exc:  # noqa: BLE001 - a crashing validator rejects
@@ -695,7 +706,6 @@ class Run:
         checksum = sha256_file(out)
         self.record(name, checksum, item=item, outcome_state=_O.GENERATED,
                     artifact=str(out), checksum=checksum)
-        return out
 
     def _bring(self, accepted: Path, fname: str) -> None:
         """Copy an artifact accepted by an earlier attempt into this attempt's folder.

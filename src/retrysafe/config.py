@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import keys
+from . import envvars, keys
 from .effects import EffectClass, Policy, parse_overrides
 from .errors import ConfigError, HomeNotWritable, InvalidParameter, UnknownJob
 
@@ -44,7 +44,7 @@ def resolve_home(flag: str | os.PathLike[str] | None = None) -> Path:
     """``--home``, then ``RETRYSAFE_HOME``, then the per-user state folder."""
     if flag:
         return Path(flag).expanduser().absolute()
-    env = os.environ.get("RETRYSAFE_HOME")
+    env = os.environ.get(envvars.HOME)
     if env:
         return Path(env).expanduser().absolute()
     import platformdirs  # only when no home is given
@@ -119,15 +119,8 @@ class Job:
         return keys.render_key(self.key, params), params
 
 
-def parse_job(name: str, table: Mapping[str, Any]) -> Job:
-    keys.check_name("job", name)
-    unknown = sorted(set(table) - _JOB_FIELDS)
-    if unknown:
-        raise ConfigError(f"job {name!r}: unknown field {unknown[0]!r}")
-    template = table.get("key")
-    if not isinstance(template, str) or not template:
-        raise ConfigError(f"job {name!r}: 'key' must be a non-empty template string")
-    params_table = table.get("params", {})
+def _job_params(name: str, params_table: object, template: str) -> dict[str, str]:
+    """A job's typed parameters; each is used by the key template and each it uses is declared."""
     if not isinstance(params_table, Mapping):
         raise ConfigError(f"job {name!r}: 'params' must be a table of NAME = TYPE")
     params: dict[str, str] = {}
@@ -145,6 +138,18 @@ def parse_job(name: str, table: Mapping[str, Any]) -> Job:
     unused = sorted(set(params) - set(fields))
     if unused:
         raise ConfigError(f"job {name!r}: parameter {unused[0]!r} is not used in the key")
+    return params
+
+
+def parse_job(name: str, table: Mapping[str, Any]) -> Job:
+    keys.check_name("job", name)
+    unknown = sorted(set(table) - _JOB_FIELDS)
+    if unknown:
+        raise ConfigError(f"job {name!r}: unknown field {unknown[0]!r}")
+    template = table.get("key")
+    if not isinstance(template, str) or not template:
+        raise ConfigError(f"job {name!r}: 'key' must be a non-empty template string")
+    params = _job_params(name, table.get("params", {}), template)
 
     def positive_int(fname: str, default: int) -> int:
         value = table.get(fname, default)
@@ -248,13 +253,13 @@ def load_config(
 ) -> Config:
     """Load the config with the documented precedence. A missing file means no jobs."""
     home_path = resolve_home(home)
-    config_flag = config or os.environ.get("RETRYSAFE_CONFIG")
+    config_flag = config or os.environ.get(envvars.CONFIG)
     config_path = Path(config_flag).expanduser().absolute() if config_flag else home_path / CONFIG_NAME
     raw = read_toml(config_path)
     ledger_table = raw.get("ledger", {})
     if not isinstance(ledger_table, Mapping):
         raise ConfigError(f"config {config_path}: [ledger] must be a table")
-    url = ledger or os.environ.get("RETRYSAFE_LEDGER") or ledger_table.get("url")
+    url = ledger or os.environ.get(envvars.LEDGER) or ledger_table.get("url")
     if url is not None and not isinstance(url, str):
         raise ConfigError(f"config {config_path}: ledger.url must be a string")
     sync = ledger_table.get("sqlite_synchronous", "full")

@@ -15,11 +15,13 @@ import os
 import signal
 from collections.abc import Callable
 
+from . import envvars
+
 __all__ = ["RUN_POINTS", "STEP_POINTS", "crash_point", "injector"]
 
 STEP_POINTS = ("before-intent", "after-intent", "after-execute", "after-record")
 RUN_POINTS = ("after-begin", "before-closeout")
-ENV = "RETRYSAFE_CRASH_AT"
+ENV = envvars.CRASH_AT
 
 
 def _targets() -> set[tuple[str, str]]:

@@ -16,6 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import envvars
+
 _EFFECT = '''\
 import os, sys, uuid
 system, ext = sys.argv[1], os.environ["DEMO_EXT"]
@@ -92,13 +94,13 @@ def run_demo(keep: Path | None = None) -> int:
         'expected_artifacts = ["draft.md"]\n'
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RETRYSAFE_")}
-    env.update({"RETRYSAFE_HOME": str(home), "DEMO_EXT": str(ext)})
+    env.update({envvars.HOME: str(home), "DEMO_EXT": str(ext)})
     base = [sys.executable, "-m", "retrysafe", "run", "content", "-p", "week=2026-W32",
             "-p", "target=blog", "--", str(script)]
     key = "content:2026-W32:blog"
     print(f"retrysafe demo (home {home})\n")
     runs = [
-        ("1: killed after publishing, before recording", {"RETRYSAFE_CRASH_AT": "publish:after-execute"}),
+        ("1: killed after publishing, before recording", {envvars.CRASH_AT: "publish:after-execute"}),
         ("2: re-run", {}),
         ("3: re-run again", {}),
     ]

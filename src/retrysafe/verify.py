@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import envvars
 from .connectors import build_connector
 from .folders import AttemptFolder
 from .fsio import sha256_file
@@ -45,8 +46,8 @@ def verify_outcome(engine: Engine, key: str) -> list[Check]:
     env = dict(os.environ)
     if accepted is not None and job is not None:
         folder = AttemptFolder(engine.home, job.name, key, accepted.number)
-        env.update({"RETRYSAFE_OUTCOME_KEY": key, "RETRYSAFE_ATTEMPT_DIR": str(folder.path),
-                    "RETRYSAFE_HOME": str(engine.home), "RETRYSAFE_JOB": job.name})
+        env.update({envvars.OUTCOME_KEY: key, envvars.ATTEMPT_DIR: str(folder.path),
+                    envvars.HOME: str(engine.home), envvars.JOB: job.name})
     steps = ledger.steps(key)
     for step in steps:
         subject = f"step {step.name}" + (f"/{step.item}" if step.item else "")
@@ -63,8 +64,8 @@ def verify_outcome(engine: Engine, key: str) -> list[Check]:
                 checks.append(Check(subject, True, f"artifact {path.name} matches {step.checksum}"))
         elif step.check:
             proc = subprocess.run(["/bin/sh", "-c", step.check],
-                                  env={**env, "RETRYSAFE_STEP_KEY": step.step_key,
-                                       "RETRYSAFE_EVIDENCE": step.evidence or ""},
+                                  env={**env, envvars.STEP_KEY: step.step_key,
+                                       envvars.EVIDENCE: step.evidence or ""},
                                   capture_output=True, text=True, check=False)
             checks.append(Check(subject, proc.returncode == 0,
                                 "check found the effect" if proc.returncode == 0

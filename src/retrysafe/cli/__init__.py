@@ -13,6 +13,7 @@ import sys
 
 import click
 
+from .. import envvars
 from ..errors import EXIT_FAILED, EXIT_USAGE, HomeNotWritable, RetrysafeError, StorageFull
 from ._common import State
 
@@ -66,12 +67,12 @@ class _LazyGroup(click.Group):
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--home", envvar="RETRYSAFE_HOME", metavar="DIR",
+@click.option("--home", envvar=envvars.HOME, metavar="DIR",
               help="Home folder (runs/, ledger, config). Env RETRYSAFE_HOME; "
                    "default: the per-user state folder.")
-@click.option("--config", envvar="RETRYSAFE_CONFIG", metavar="FILE",
+@click.option("--config", envvar=envvars.CONFIG, metavar="FILE",
               help="Config file. Env RETRYSAFE_CONFIG; default: HOME/retrysafe.toml.")
-@click.option("--ledger", envvar="RETRYSAFE_LEDGER", metavar="URL",
+@click.option("--ledger", envvar=envvars.LEDGER, metavar="URL",
               help="Ledger URL (sqlite:///PATH or postgresql://...). Env RETRYSAFE_LEDGER.")
 @click.version_option(package_name="retrysafe")
 @click.pass_context
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         if storage is not None:
             click.echo(f"retrysafe: {storage.message}", err=True)
             sys.exit(storage.exit_code)
-        if os.environ.get("RETRYSAFE_DEBUG"):
+        if os.environ.get(envvars.DEBUG):
             import traceback
 
             traceback.print_exc()

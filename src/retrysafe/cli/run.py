@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
-import subprocess
 import sys
-from collections.abc import Mapping
-from types import FrameType
 
 import click
 
@@ -26,9 +21,8 @@ from ..errors import (
 )
 from ..keys import parse_assignments
 from ..states import ClaimStatus
+from ..supervise import run_command
 from ._common import state
-
-_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def run_context(openclaw_run_id: str | None) -> dict[str, str]:
@@ -85,27 +79,7 @@ def run(job_name: str, params: tuple[str, ...], openclaw_run_id: str | None,
     attempt_run = begun.run
     assert attempt_run is not None and attempt_run.attempt is not None
     crash_point("run", "after-begin")
-    env = {**os.environ, **attempt_run.env()}
-    proc = subprocess.Popen(list(cmd), env=env)
-
-    def forward(signum: int, _frame: FrameType | None) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signum)
-
-    previous: Mapping[int, object] = {s: signal.signal(s, forward) for s in _FORWARDED}
-
-    def lost() -> None:
-        # another attempt owns the outcome now: stop our command before it acts again
-        forward(signal.SIGTERM, None)
-
-    attempt_run.on_lost = lost
-    attempt_run.start_heartbeat()
-    try:
-        rc = proc.wait()
-    finally:
-        attempt_run.stop_heartbeat()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
+    rc = run_command(attempt_run, cmd)
     if attempt_run.lost.is_set():
         click.echo(f"stale: attempt {attempt_run.number} of {key} lost its lease to another "
                    "attempt; nothing more was recorded")

@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine import DRILL_ENV, Engine
+from .. import envvars
+from ..engine import Engine
 from ..errors import InvalidInput
 from ..keys import check_name
 from .count import CountError, EffectCounter
@@ -36,9 +37,8 @@ from .trial import TrialContext, TrialResult, check_outcome, run_trial, settle_i
 __all__ = ["Drill", "DrillReport"]
 
 # what a drill must not pass on from its own environment to the runs it starts
-_ATTEMPT_ENV = ("RETRYSAFE_ATTEMPT", "RETRYSAFE_ATTEMPT_ID", "RETRYSAFE_ATTEMPT_DIR",
-                "RETRYSAFE_OUTCOME_KEY", "RETRYSAFE_JOB", "RETRYSAFE_STEP_KEY",
-                "RETRYSAFE_OUTPUT", DRILL_ENV)
+_ATTEMPT_ENV = (envvars.ATTEMPT, envvars.ATTEMPT_ID, envvars.ATTEMPT_DIR, envvars.OUTCOME_KEY,
+                envvars.JOB, envvars.STEP_KEY, envvars.OUTPUT, envvars.DRILL_TRIAL)
 
 Progress = Callable[[str], None]
 
@@ -122,9 +122,9 @@ class Drill:
     def _env(self) -> dict[str, str]:
         settings = self.engine.config.settings
         env = {k: v for k, v in os.environ.items() if k not in _ATTEMPT_ENV}
-        env.update({"RETRYSAFE_HOME": str(settings.home),
-                    "RETRYSAFE_CONFIG": str(settings.config_path),
-                    "RETRYSAFE_LEDGER": settings.ledger_url})
+        env.update({envvars.HOME: str(settings.home),
+                    envvars.CONFIG: str(settings.config_path),
+                    envvars.LEDGER: settings.ledger_url})
         return env
 
     def run(self) -> DrillReport:

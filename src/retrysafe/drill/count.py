@@ -15,6 +15,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .. import envvars
 from ..connectors import ConnectorBase, build_connector
 from ..connectors.base import Ambiguous, Found
 from ..engine import Engine
@@ -72,8 +73,8 @@ class EffectCounter:
                          "nothing can count its effects")
 
     def _by_check(self, check: str, step_key: str, outcome_key: str) -> Seen:
-        env = {**os.environ, **self.env, "RETRYSAFE_STEP_KEY": step_key,
-               "RETRYSAFE_OUTCOME_KEY": outcome_key}
+        env = {**os.environ, **self.env, envvars.STEP_KEY: step_key,
+               envvars.OUTCOME_KEY: outcome_key}
         try:
             proc = subprocess.run(["/bin/sh", "-c", check], env=env, capture_output=True,
                                   text=True, timeout=120, check=False)

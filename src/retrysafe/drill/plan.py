@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import envvars
 from ..crash import RUN_POINTS, STEP_POINTS
 from ..ledger import Event, StepRecord
 
@@ -18,8 +19,8 @@ __all__ = ["CLEAN", "CLEAN_AGAIN", "POINT_SETS", "StepInfo", "TrialPlan", "all_t
            "learn_steps", "seed_trials"]
 
 POINT_SETS = ("all", "seed")
-FAIL_ENV = "RETRYSAFE_DRILL_FAIL"
-CUT_ENV = "RETRYSAFE_DRILL_CUT"
+FAIL_ENV = envvars.DRILL_FAIL
+CUT_ENV = envvars.DRILL_CUT
 
 
 @dataclass(frozen=True)

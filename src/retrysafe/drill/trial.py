@@ -12,8 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import envvars
 from ..crash import ENV as CRASH_ENV
-from ..engine import DRILL_ENV, Engine
+from ..engine import Engine
 from ..errors import RetrysafeError
 from ..keys import step_key
 from ..verify import verify_outcome
@@ -84,7 +85,7 @@ class TrialContext:
 
     def run_env(self, trial_id: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         env = {k: v for k, v in self.env.items() if k not in _FAULT_ENVS}
-        env[DRILL_ENV] = trial_id
+        env[envvars.DRILL_TRIAL] = trial_id
         env.update(extra or {})
         return env
 

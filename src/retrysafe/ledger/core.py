@@ -22,6 +22,7 @@ from ..errors import (
     SchemaTooNew,
     StaleAttempt,
     UnknownOutcome,
+    unblock_command,
 )
 from ..states import (
     OUTCOME_TRANSITIONS,
@@ -267,8 +268,8 @@ class LedgerCore:
                     expired = cur.lease_expires <= tx.now
                     if not expired and not holder_gone(cur.holder):
                         return Claim(ClaimStatus.BUSY, out, attempt=cur)
-                    why = "lease expired" if expired else "holder process is gone"
-                    self._supersede(tx, out, cur, why)
+                    self._supersede(tx, out, cur, "lease expired" if expired
+                                    else "holder process is gone")
                     superseded = cur
                     out = self._lock_outcome(tx, key)
                     assert out is not None
@@ -276,39 +277,47 @@ class LedgerCore:
                 return Claim(ClaimStatus.BLOCKED, out, reason=out.reason, superseded=superseded)
             used = out.attempts - out.budget_base
             if used >= max_attempts:
-                reason = (
-                    f"attempts exhausted ({used} of {max_attempts}); "
-                    f"check what failed with 'retrysafe status {key}', then 'retrysafe retry {key}'"
-                )
-                self._set_outcome(tx, out, _O.BLOCKED, reason, cause=BlockCause.EXHAUSTED)
-                out = self._lock_outcome(tx, key)
-                assert out is not None
-                return Claim(ClaimStatus.BLOCKED, out, reason=reason, superseded=superseded)
-            number, fence = out.attempts + 1, out.fence + 1
-            attempt_id = os.urandom(16).hex()  # as unique as a uuid4, without importing uuid
-            tx.run(
-                "INSERT INTO rs_attempts (id, outcome_key, number, fence, state, holder_host,"
-                " holder_pid, holder_started, lease_expires, context, started_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    attempt_id, key, number, fence, AttemptState.ACTIVE.value, holder.host,
-                    holder.pid, holder.started, tx.now + lease_seconds, dumps(dict(context or {})),
-                    tx.now,
-                ),
-            )
-            attempt = self._attempt_row(tx, attempt_id)
-            assert attempt is not None
-            self._log(tx, key, kind="attempt", to=AttemptState.ACTIVE, attempt=attempt,
-                      reason=f"attempt {number} started on {holder.host} pid {holder.pid}")
-            # generated/delivered are progress marks a new attempt resumes from.
-            state = out.state if out.state in PROGRESS_MARKS else _O.RUNNING
-            self._set_outcome(
-                tx, out, state, "", attempt=attempt,
-                extra={"fence": fence, "attempts": number, "current_attempt": attempt_id},
-            )
-            out = self._lock_outcome(tx, key)
-            assert out is not None
+                out = self._exhaust(tx, out, used, max_attempts)
+                return Claim(ClaimStatus.BLOCKED, out, reason=out.reason, superseded=superseded)
+            attempt, out = self._start_attempt(tx, out, holder, lease_seconds, context)
             return Claim(ClaimStatus.STARTED, out, attempt=attempt, superseded=superseded)
+
+    def _exhaust(self, tx: Tx, out: OutcomeRecord, used: int, max_attempts: int) -> OutcomeRecord:
+        """Block the outcome: its attempt budget is spent; a human grants more."""
+        from shlex import quote
+
+        reason = (f"attempts exhausted ({used} of {max_attempts}); check what failed with "
+                  f"'retrysafe status {quote(out.key)}', then "
+                  f"'{unblock_command(BlockCause.EXHAUSTED, out.key)}'")
+        self._set_outcome(tx, out, _O.BLOCKED, reason, cause=BlockCause.EXHAUSTED)
+        got = self._lock_outcome(tx, out.key)
+        assert got is not None
+        return got
+
+    def _start_attempt(self, tx: Tx, out: OutcomeRecord, holder: Holder, lease_seconds: float,
+                       context: Mapping[str, str] | None) -> tuple[AttemptRecord, OutcomeRecord]:
+        """Attempt N+1 with the next fencing token; the outcome now points to it."""
+        number, fence = out.attempts + 1, out.fence + 1
+        attempt_id = os.urandom(16).hex()  # as unique as a uuid4, without importing uuid
+        tx.run(
+            "INSERT INTO rs_attempts (id, outcome_key, number, fence, state, holder_host,"
+            " holder_pid, holder_started, lease_expires, context, started_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (attempt_id, out.key, number, fence, AttemptState.ACTIVE.value, holder.host,
+             holder.pid, holder.started, tx.now + lease_seconds, dumps(dict(context or {})),
+             tx.now),
+        )
+        attempt = self._attempt_row(tx, attempt_id)
+        assert attempt is not None
+        self._log(tx, out.key, kind="attempt", to=AttemptState.ACTIVE, attempt=attempt,
+                  reason=f"attempt {number} started on {holder.host} pid {holder.pid}")
+        # generated/delivered are progress marks a new attempt resumes from.
+        state = out.state if out.state in PROGRESS_MARKS else _O.RUNNING
+        self._set_outcome(tx, out, state, "", attempt=attempt,
+                          extra={"fence": fence, "attempts": number, "current_attempt": attempt_id})
+        got = self._lock_outcome(tx, out.key)
+        assert got is not None
+        return attempt, got
 
     def _supersede(self, tx: Tx, out: OutcomeRecord, cur: AttemptRecord, why: str) -> None:
         tx.run(
@@ -451,11 +460,10 @@ class LedgerCore:
         progress mark forward (``generated``/``delivered``) in the same write.
         ``cause`` is why a ``blocked`` step waits for a human; any move clears it.
 
-        The write is conditional on the fence and the expected state, and never
-        reads first. When it changes nothing, the refusal says why
-        (:class:`StaleAttempt`, :class:`Busy`, :class:`InvalidInput`); with
-        ``explain=False`` it returns ``False`` instead, without reading why.
-        Returns ``True`` when the step moved.
+        The write is conditional on the fence and the expected state and never
+        reads first; returns ``True`` when the step moved. When it changes nothing,
+        the refusal says why (:class:`StaleAttempt`, :class:`Busy`,
+        :class:`InvalidInput`), or, with ``explain=False``, it returns ``False``.
         """
         if fields and not _STEP_FIELDS.issuperset(fields):
             raise TypeError(f"unknown step fields {sorted(set(fields) - _STEP_FIELDS)}")
@@ -466,11 +474,9 @@ class LedgerCore:
         if running:
             r = runner or attempt.holder
             changes["runner_host"], changes["runner_pid"], changes["runner_started"] = r
-        if fields:
-            changes.update(fields)
+        changes.update(fields)
         may_insert = allowed is None or None in allowed
         sources = _sources(to, allowed)
-        key = attempt.outcome_key
         if not (may_insert or sources):
             written = False
         elif self.backend.single_statement_moves:
@@ -478,16 +484,8 @@ class LedgerCore:
                 attempt, step_key, changes, name=name, item=item, kind=kind,
                 may_insert=may_insert, sources=sources, outcome_state=outcome_state)
         elif outcome_state:
-            # the progress mark moves too: three statements, one transaction
-            progress = _progress_sources(outcome_state)
-            with self.backend.transaction() as tx:
-                written = self._write_step(tx.run, attempt, step_key, changes, name, item, kind,
-                                           may_insert, sources, tx.now)
-                if written and progress:
-                    log_mark, move_mark = moves.progress(len(progress))
-                    tx.run(log_mark, (tx.now, attempt.id, attempt.fence,
-                                      f"attempt-{attempt.number}", outcome_state, key, *progress))
-                    tx.run(move_mark, (outcome_state, tx.now, key, *progress))
+            written = self._move_and_mark(attempt, step_key, changes, name, item, kind,
+                                          may_insert, sources, outcome_state)
         else:
             # the common case: one statement, committed on its own
             written = self._write_step(self.backend.execute, attempt, step_key, changes, name,
@@ -495,6 +493,23 @@ class LedgerCore:
         if not written and explain:
             with self.backend.transaction(write=False) as tx:
                 raise self._refusal(tx, attempt, step_key, to, name, allowed)
+        return written
+
+    def _move_and_mark(self, attempt: AttemptRecord, step_key: str, changes: dict[str, Any],
+                       name: str, item: str, kind: str, may_insert: bool,
+                       sources: tuple[str, ...], outcome_state: str) -> bool:
+        """The step write and the outcome's progress mark (its history row, then the
+        move): three statements, one transaction; did the step move?"""
+        progress = _progress_sources(outcome_state)
+        key = attempt.outcome_key
+        with self.backend.transaction() as tx:
+            written = self._write_step(tx.run, attempt, step_key, changes, name, item, kind,
+                                       may_insert, sources, tx.now)
+            if written and progress:
+                log_mark, move_mark = moves.progress(len(progress))
+                tx.run(log_mark, (tx.now, attempt.id, attempt.fence,
+                                  f"attempt-{attempt.number}", outcome_state, key, *progress))
+                tx.run(move_mark, (outcome_state, tx.now, key, *progress))
         return written
 
     @staticmethod

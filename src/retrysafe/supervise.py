@@ -1,0 +1,43 @@
+"""Running a command as an attempt's work (``retrysafe run``).
+
+The command gets the attempt's environment; the signals a scheduler sends
+(SIGTERM, SIGINT, SIGHUP) are passed on to it; the lease is renewed while it
+runs, and when a renewal is refused (another attempt took over) the command
+is stopped before it can act again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from types import FrameType
+
+from .attempt import Run
+
+__all__ = ["run_command"]
+
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def run_command(run: Run, cmd: Sequence[str]) -> int:
+    """Run ``cmd`` inside ``run`` and return its exit status (negative: killed
+    by that signal). ``run.lost`` is set when the lease was lost meanwhile."""
+    proc = subprocess.Popen(list(cmd), env={**os.environ, **run.env()})
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    previous: Mapping[int, object] = {s: signal.signal(s, forward) for s in _FORWARDED}
+    # another attempt owns the outcome now: stop our command before it acts again
+    run.on_lost = lambda: forward(signal.SIGTERM, None)
+    run.start_heartbeat()
+    try:
+        return proc.wait()
+    finally:
+        run.stop_heartbeat()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
