@@ -42,6 +42,16 @@ def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(f)
 
 
+def params_option(help: str = "A job parameter (repeat for each).") -> Callable[[F], F]:
+    """``-p/--param NAME=VALUE``, repeatable: a job's parameters."""
+    return click.option("-p", "--param", "params", multiple=True, metavar="NAME=VALUE", help=help)
+
+
+def key_and_step(f: F) -> F:
+    """The ``KEY STEP`` arguments of a command about one step of an outcome."""
+    return click.argument("key")(click.argument("step_name", metavar="STEP")(f))
+
+
 def emit_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
 

@@ -35,7 +35,7 @@ from ..keys import parse_assignments, step_key
 from ..ledger import Holder
 from ..process import host_id
 from ..states import Action, ClaimStatus
-from ._common import emit_json, json_option, state
+from ._common import emit_json, json_option, key_and_step, params_option, state
 
 __all__ = ["begin", "block", "check", "close", "intent", "record", "unknown"]
 
@@ -72,14 +72,7 @@ def _item_option(f: Any) -> Any:
 
 @click.command()
 @click.argument("job_name", metavar="JOB")
-@click.option(
-    "-p",
-    "--param",
-    "params",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="A job parameter (repeat for each).",
-)
+@params_option()
 @click.option(
     "--lease",
     type=click.IntRange(min=1),
@@ -138,8 +131,7 @@ def begin(job_name: str, params: tuple[str, ...], lease: int | None, as_json: bo
 
 
 @click.command()
-@click.argument("key")
-@click.argument("step_name", metavar="STEP")
+@key_and_step
 @_class_option
 @_item_option
 @_attempt_option
@@ -191,8 +183,7 @@ def _decision_line(d: Decision) -> str:
 
 
 @click.command()
-@click.argument("key")
-@click.argument("step_name", metavar="STEP")
+@key_and_step
 @_class_option
 @_item_option
 @click.option(
@@ -227,8 +218,7 @@ def intent(
 
 
 @click.command()
-@click.argument("key")
-@click.argument("step_name", metavar="STEP")
+@key_and_step
 @click.option(
     "--evidence",
     required=True,
@@ -263,8 +253,7 @@ def record(key: str, step_name: str, evidence: str, item: str | None, attempt_id
 
 
 @click.command()
-@click.argument("key")
-@click.argument("step_name", metavar="STEP")
+@key_and_step
 @click.option("--reason", required=True, metavar="TEXT", help="What happened (timeout, no answer...).")
 @_item_option
 @_attempt_option
@@ -282,8 +271,7 @@ def unknown(key: str, step_name: str, reason: str, item: str | None, attempt_id:
 
 
 @click.command()
-@click.argument("key")
-@click.argument("step_name", metavar="STEP")
+@key_and_step
 @click.option("--reason", required=True, metavar="TEXT", help="Exactly what a human must check to settle it.")
 @_item_option
 @_attempt_option

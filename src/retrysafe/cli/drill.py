@@ -10,13 +10,12 @@ import click
 from ..drill import POINT_SETS, Drill, render_table
 from ..fsio import atomic_write_json
 from ..keys import parse_assignments
-from ._common import state
+from ._common import params_option, state
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("job_name", metavar="JOB")
-@click.option("-p", "--param", "params", multiple=True, metavar="NAME=VALUE",
-              help="A job parameter (repeat for each).")
+@params_option()
 @click.option("--points", type=click.Choice(POINT_SETS), default="all", show_default=True,
               help="all: every step at every crash point; seed: the named scenarios.")
 @click.option("--only", multiple=True, metavar="STEP:POINT",

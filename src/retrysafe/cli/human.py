@@ -5,12 +5,11 @@ from __future__ import annotations
 import click
 
 from ..errors import InvalidInput
-from ._common import actor, emit_json, json_option, state
+from ._common import actor, emit_json, json_option, key_and_step, state
 
 
 @click.command()
-@click.argument("key")
-@click.argument("step_name", metavar="STEP")
+@key_and_step
 @click.option("--found", metavar="EVIDENCE", help="The effect exists; this proves it.")
 @click.option("--absent", is_flag=True, help="The effect does not exist; it may be executed.")
 @click.option("--note", default="", help="Why (kept in the history).")
@@ -36,8 +35,7 @@ def resolve(key: str, step_name: str, found: str | None, absent: bool, note: str
 
 
 @click.command()
-@click.argument("key")
-@click.argument("step_name", metavar="STEP")
+@key_and_step
 @click.option("--note", default="", help="Why (kept in the history).")
 @json_option
 def approve(key: str, step_name: str, note: str, as_json: bool) -> None:

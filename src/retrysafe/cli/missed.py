@@ -10,7 +10,7 @@ import click
 from ..errors import ConfigError, InvalidInput
 from ..keys import parse_assignments
 from ..schedule import Schedule
-from ._common import emit_json, json_option, state, table
+from ._common import emit_json, json_option, params_option, state, table
 
 __all__ = ["missed"]
 
@@ -31,14 +31,7 @@ def _instant(text: str, schedule: Schedule, what: str) -> datetime:
 @click.argument("job_name", metavar="JOB")
 @click.option("--since", required=True, metavar="DATE", help="First day to look at (job's zone).")
 @click.option("--until", metavar="DATE", help="Last instant to look at (default: now).")
-@click.option(
-    "-p",
-    "--param",
-    "params",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="The job's other parameters, if it has any besides the occurrence.",
-)
+@params_option("The job's other parameters, if it has any besides the occurrence.")
 @click.option("--all", "show_all", is_flag=True, help="List done occurrences too.")
 @json_option
 def missed(

@@ -22,7 +22,7 @@ from ..errors import (
 from ..keys import parse_assignments
 from ..states import ClaimStatus
 from ..supervise import run_command
-from ._common import state
+from ._common import params_option, state
 
 
 def run_context(openclaw_run_id: str | None) -> dict[str, str]:
@@ -41,8 +41,7 @@ def run_context(openclaw_run_id: str | None) -> dict[str, str]:
 
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("job_name", metavar="JOB")
-@click.option("-p", "--param", "params", multiple=True, metavar="NAME=VALUE",
-              help="A job parameter (repeat for each).")
+@params_option()
 @click.option("--openclaw-run-id", metavar="ID", help="Record OpenClaw's run id with the attempt.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(job_name: str, params: tuple[str, ...], openclaw_run_id: str | None,
