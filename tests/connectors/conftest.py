@@ -1,4 +1,8 @@
-"""Fixtures shared by the connector tests."""
+"""Fixtures shared by the connector tests.
+
+The real systems (HTTP API, git repositories, SQL tables, mail servers) are
+defined in ``live_systems.py`` and exposed here to every test below this folder.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from live_systems import SERVERS, api, mail, mail_servers, repos, sql_target  # noqa: F401  (fixtures)
 
-SERVERS = Path(__file__).resolve().parent / "servers"
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The plain test listener takes AUTH without TLS on purpose (loopback only).
+    config.addinivalue_line("filterwarnings", "ignore:Requiring AUTH while not requiring TLS:UserWarning")
 
 
 @pytest.fixture

@@ -6,8 +6,9 @@ Named instances are declared in the config::
     type = "email"
     ...
 
-and built with :func:`build_connector`. Implementations are imported lazily so
-that a job that sends no email never imports the email code.
+and built with :func:`build_connector`. The types are listed once, in
+``_registry.py`` (:data:`CONNECTOR_TYPES`); implementations are imported
+lazily so that a job that sends no email never imports the email code.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
+from ._registry import CONNECTOR_TYPES
 from .base import (
     ABSENT,
     Absent,
     Ambiguous,
-    Connector,
     ConnectorBase,
     EffectFailed,
     Found,
@@ -34,7 +35,6 @@ __all__ = [
     "CONNECTOR_TYPES",
     "Absent",
     "Ambiguous",
-    "Connector",
     "ConnectorBase",
     "EffectFailed",
     "Found",
@@ -43,19 +43,9 @@ __all__ = [
     "build_connector",
 ]
 
-# type name in the config -> "module:Class", imported on first use.
-CONNECTOR_TYPES: dict[str, str] = {
-    "email": "retrysafe.connectors.email:EmailConnector",
-    "git": "retrysafe.connectors.git:GitCommitConnector",
-    "git_push": "retrysafe.connectors.git:GitPushConnector",
-    "http": "retrysafe.connectors.http:HttpConnector",
-    "csv": "retrysafe.connectors.table:CsvTableConnector",
-    "sql": "retrysafe.connectors.table:SqlTableConnector",
-    "file": "retrysafe.connectors.files:FileConnector",
-}
-
 
 def connector_class(type_name: str) -> type[ConnectorBase]:
+    """The class registered as ``type_name``, imported now."""
     try:
         target = CONNECTOR_TYPES[type_name]
     except KeyError:
@@ -63,7 +53,9 @@ def connector_class(type_name: str) -> type[ConnectorBase]:
         raise ConfigError(f"unknown connector type {type_name!r} (known: {known})") from None
     module_name, _, class_name = target.partition(":")
     module = importlib.import_module(module_name)
-    cls: type[ConnectorBase] = getattr(module, class_name)
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, ConnectorBase) and cls.type_name == type_name):
+        raise ConfigError(f"connector type {type_name!r}: {target} is not a connector class")
     return cls
 
 

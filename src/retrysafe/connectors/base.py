@@ -1,7 +1,10 @@
-"""The connector protocol: how retrysafe looks at an external system before acting.
+"""The connector contract: how retrysafe looks at an external system before acting.
 
-A connector talks to one external system. The engine calls, in this order:
+A connector talks to one external system. :class:`ConnectorBase` is the whole
+contract; the engine calls, in this order:
 
+* ``validate(payload)`` before it records anything: bad input is refused
+  (:class:`~retrysafe.errors.InvalidInput`) and leaves no trace.
 * ``lookup(step_key, payload)`` when a previous try may have happened (the step is
   ``unknown``, or ``running`` in an attempt that is gone). It answers
   :class:`Found` (with evidence), :class:`Absent` (safe to execute) or
@@ -13,24 +16,30 @@ A connector talks to one external system. The engine calls, in this order:
   wrong password, permission denied). Any other exception (timeout, dropped
   connection, crash) means the effect may have happened: the step becomes
   ``unknown``.
-* ``verify(step_key, evidence)`` (optional) re-checks stored evidence for
-  ``retrysafe verify``.
-* ``count(step_key)`` (optional) counts matching effects, for drills.
+* ``update(step_key, payload)`` replaces a done effect in place, only when the
+  connector is ``updatable`` and the step allows it.
+* ``verify(step_key, evidence)`` re-checks stored evidence for
+  ``retrysafe verify``; ``count(step_key)`` counts matching effects, for drills.
+
+A connector named in the config is built by ``from_config``; its type name
+comes from the registry (``connectors/_registry.py``), where it is written once.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
-from ..errors import ConnectorError
+from ..errors import ConfigError, ConnectorError
+from ._registry import registered_name
 
 __all__ = [
     "ABSENT",
     "Absent",
     "Ambiguous",
-    "Connector",
+    "ConnectorBase",
     "EffectFailed",
     "Found",
     "LookupResult",
@@ -69,32 +78,20 @@ class EffectFailed(ConnectorError):
     """Raised by ``execute`` when the effect definitely did not happen."""
 
 
-@runtime_checkable
-class Connector(Protocol):
-    """What the engine needs from a connector.
+class ConnectorBase(ABC):
+    """The connector contract; subclass it and implement ``execute`` and ``lookup``.
 
     ``effect_class`` is the class of the effect (``message``, ``publish``...);
     ``authoritative`` says whether an ``Absent`` from ``lookup`` proves the
     effect never happened (a sent-mail search with a pending marker does; a
     search by title on a system that may lag does not). ``updatable`` says the
     connector can replace an effect in place when the payload changed and the
-    step explicitly allows it.
-    """
+    step explicitly allows it. The other methods have working defaults.
 
-    effect_class: str
-    authoritative: bool
-
-    def execute(self, step_key: str, payload: Payload) -> str: ...
-
-    def lookup(self, step_key: str, payload: Payload) -> LookupResult: ...
-
-
-class ConnectorBase:
-    """Convenience base: optional methods with their defaults.
-
-    Subclasses set ``type_name`` (the ``type`` in ``[connectors.NAME]``),
-    ``effect_class`` and ``authoritative``, and implement ``execute`` and
-    ``lookup``; ``from_config`` builds one from its config table.
+    ``type_name`` (the ``type`` in ``[connectors.NAME]``) is set from the
+    registry when the class is defined; a registered class must implement
+    :meth:`from_config`. A connector used only from code (passed to
+    ``Run.effect``) needs neither.
     """
 
     type_name: ClassVar[str] = ""
@@ -102,13 +99,28 @@ class ConnectorBase:
     authoritative: bool = True
     updatable: bool = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = registered_name(cls)
+        if name is None:
+            return  # a helper base or a connector used from code: inherits its name
+        if cls.from_config.__func__ is ConnectorBase.from_config.__func__:  # type: ignore[attr-defined]
+            raise TypeError(f"connector type {name!r} ({cls.__qualname__}) must define from_config")
+        cls.type_name = name
+
+    @abstractmethod
     def execute(self, step_key: str, payload: Payload) -> str:
-        raise NotImplementedError
+        """Perform the effect for ``step_key`` and return its evidence.
 
+        Raise :class:`EffectFailed` only when the effect definitely did not
+        happen; any other exception leaves the step ``unknown``."""
+
+    @abstractmethod
     def lookup(self, step_key: str, payload: Payload) -> LookupResult:
-        raise NotImplementedError
+        """Does the effect for ``step_key`` exist? :class:`Found`, :data:`ABSENT` or
+        :class:`Ambiguous`; raise when the system cannot be asked now."""
 
-    def validate(self, payload: Payload) -> None:
+    def validate(self, payload: Payload) -> None:  # noqa: B027 - optional, accepts all by default
         """Check the payload without touching the external system; raise
         :class:`~retrysafe.errors.InvalidInput` when it cannot be sent. The engine
         calls this before recording any intent, so bad input changes nothing."""
@@ -129,5 +141,8 @@ class ConnectorBase:
     @classmethod
     def from_config(cls, name: str, table: Mapping[str, Any]) -> ConnectorBase:
         """Build from a ``[connectors.NAME]`` table. Secrets are read from the
-        environment variables the table names (``password_env = "VAR"``)."""
-        raise NotImplementedError
+        environment variables the table names (``password_env = "VAR"``).
+
+        Every registered type defines its own; this default only says that a
+        connector made in code cannot be named in a config."""
+        raise ConfigError(f"{cls.__qualname__} is not a connector type a config can name")

@@ -22,13 +22,14 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from ..errors import ConfigError, InvalidInput
 from ..fsio import atomic_write
+from ._config import config_bool, optional_str, parse_bool, reject_unknown, string
 from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult, Payload
 
-__all__ = ["FileConnector", "parse_bool", "sha256_of", "slug_of"]
+__all__ = ["FileConnector", "sha256_of", "slug_of"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -48,17 +49,6 @@ def slug_of(key: str) -> str:
     return slug or "_"
 
 
-def parse_bool(value: Any, what: str) -> bool:
-    """Booleans arrive as TOML booleans from the config and as strings from ``--with``."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "yes", "1", "on"):
-        return True
-    if isinstance(value, str) and value.lower() in ("false", "no", "0", "off", ""):
-        return False
-    raise InvalidInput(f"{what} must be true or false, not {value!r}")
-
-
 def _evidence(digest: str, target: Path) -> str:
     return f"sha256:{digest}@{target}"
 
@@ -73,7 +63,6 @@ class FileConnector(ConnectorBase):
     ``overwrite = true`` (then :meth:`update` replaces it).
     """
 
-    type_name: ClassVar[str] = "file"
     effect_class = "publish"
     authoritative = True
 
@@ -95,30 +84,21 @@ class FileConnector(ConnectorBase):
 
     @classmethod
     def from_config(cls, name: str, table: Mapping[str, Any]) -> FileConnector:
-        known = {"type", "target", "overwrite", "mode", "effect_class"}
-        extra = sorted(set(table) - known)
-        if extra:
-            raise ConfigError(f"connector {name!r}: unknown field(s) {', '.join(extra)}")
-        target = table.get("target")
-        if target is not None and not isinstance(target, str):
-            raise ConfigError(f"connector {name!r}: target must be a string path")
+        where = f"connector {name!r}"
+        reject_unknown(where, table, {"type", "target", "overwrite", "mode", "effect_class"})
         mode = table.get("mode")
         file_mode: int | None = None
         if mode is not None:
             try:
                 file_mode = int(str(mode), 8)
             except ValueError:
-                raise ConfigError(f'connector {name!r}: mode must be octal like "644"') from None
-        try:
-            overwrite = parse_bool(table.get("overwrite", False), f"connector {name!r}: overwrite")
-        except InvalidInput as exc:
-            raise ConfigError(exc.message) from None
+                raise ConfigError(f'{where}: mode must be octal like "644"') from None
         return cls(
             name,
-            target=target,
-            overwrite=overwrite,
+            target=optional_str(where, table, "target"),
+            overwrite=config_bool(where, table, "overwrite"),
             file_mode=file_mode,
-            effect_class=str(table.get("effect_class", "publish")),
+            effect_class=string(where, table, "effect_class", "publish"),
         )
 
     # --- payload ----------------------------------------------------------

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import ConfigError, ConnectorError, InvalidInput
+from ._config import config_bool, optional_str, reject_unknown
 from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult, Payload
-from .files import parse_bool
 
 __all__ = ["TRAILER", "GitCommitConnector", "GitPushConnector"]
 
@@ -128,16 +128,10 @@ class _GitBase(ConnectorBase):
 
     @classmethod
     def _config(cls, name: str, table: Mapping[str, Any]) -> dict[str, Any]:
-        extra = sorted(set(table) - cls._fields)
-        if extra:
-            raise ConfigError(f"connector {name!r}: unknown field(s) {', '.join(extra)}")
-        out: dict[str, Any] = {}
-        for field in ("repo", "branch", "remote", "effect_class"):
-            value = table.get(field)
-            if value is not None and not isinstance(value, str):
-                raise ConfigError(f"connector {name!r}: {field} must be a string")
-            out[field] = value
-        return out
+        where = f"connector {name!r}"
+        reject_unknown(where, table, cls._fields)
+        fields = ("repo", "branch", "remote", "effect_class")
+        return {field: optional_str(where, table, field) for field in fields}
 
     def _repo(self, payload: Payload) -> Path:
         raw = payload.get("repo", self.repo)
@@ -220,7 +214,6 @@ class GitCommitConnector(_GitBase):
     or modified files are left exactly as they were.
     """
 
-    type_name: ClassVar[str] = "git"
     effect_class = "git_commit"
     authoritative = True
     _fields: ClassVar[set[str]] = {*_GitBase._fields, "allow_empty"}
@@ -232,11 +225,7 @@ class GitCommitConnector(_GitBase):
     @classmethod
     def from_config(cls, name: str, table: Mapping[str, Any]) -> GitCommitConnector:
         fields = cls._config(name, table)
-        try:
-            allow_empty = parse_bool(table.get("allow_empty", False), "allow_empty")
-        except InvalidInput as exc:
-            raise ConfigError(f"connector {name!r}: {exc.message}") from None
-        return cls(name, allow_empty=allow_empty, **fields)
+        return cls(name, allow_empty=config_bool(f"connector {name!r}", table, "allow_empty"), **fields)
 
     def validate(self, payload: Payload) -> None:
         """Check a payload without changing anything; raises :class:`InvalidInput`.
@@ -334,7 +323,6 @@ class GitPushConnector(_GitBase):
     never forced: a remote that moved on is a definite failure.
     """
 
-    type_name: ClassVar[str] = "git_push"
     effect_class = "publish"
     authoritative = True
 

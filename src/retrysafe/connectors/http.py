@@ -23,9 +23,8 @@ Example config::
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -38,8 +37,18 @@ from tenacity import (
 )
 
 from ..errors import ConfigError, ConnectorError, InvalidInput
+from ._config import (
+    config_bool,
+    env_secret,
+    integer,
+    number,
+    optional_str,
+    reject_unknown,
+    required_str,
+    string,
+    sub_table,
+)
 from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult, Payload
-from .files import parse_bool
 
 __all__ = ["HttpConnector", "header_value"]
 
@@ -117,8 +126,6 @@ def _excerpt(resp: httpx.Response) -> str:
 class HttpConnector(ConnectorBase):
     """Sends one HTTP request per step key; evidence from a JSON field or a header."""
 
-    type_name: ClassVar[str] = "http"
-
     def __init__(
         self,
         name: str,
@@ -170,47 +177,33 @@ class HttpConnector(ConnectorBase):
 
     @classmethod
     def from_config(cls, name: str, table: Mapping[str, Any]) -> HttpConnector:
-        extra = sorted(set(table) - _FIELDS)
-        if extra:
-            raise ConfigError(f"connector {name!r}: unknown field(s) {', '.join(extra)}")
-        url = table.get("url")
-        if not isinstance(url, str) or not url:
-            raise ConfigError(f"connector {name!r}: 'url' is required")
-        token: str | None = None
-        token_env = table.get("token_env")
-        if token_env:
-            token = os.environ.get(str(token_env))
-            if not token:
-                raise ConfigError(f"connector {name!r}: environment variable {token_env} is not set")
-        for field in ("headers", "body"):
-            if not isinstance(table.get(field, {}), Mapping):
-                raise ConfigError(f"connector {name!r}: {field} must be a table")
-        try:
-            idempotent = parse_bool(table.get("idempotent", False), "idempotent")
-            timeout = float(table.get("timeout", 30.0))
-            attempts = int(table.get("lookup_attempts", 4))
-            max_wait = float(table.get("lookup_max_wait", 5.0))
-        except (InvalidInput, TypeError, ValueError) as exc:
-            raise ConfigError(f"connector {name!r}: {exc}") from None
+        where = f"connector {name!r}"
+        reject_unknown(where, table, _FIELDS)
+        token_env = optional_str(where, table, "token_env")
+        token = env_secret(where, token_env, allow_empty=False) if token_env else None
+        headers = sub_table(where, table, "headers") or {}
+        # Both may be set to "" on purpose: no key header, or a bare token.
+        key_header = optional_str(where, table, "idempotency_header")
+        auth_scheme = optional_str(where, table, "auth_scheme")
         return cls(
             name,
-            url,
-            method=str(table.get("method", "POST")),
-            headers={str(k): str(v) for k, v in table.get("headers", {}).items()},
-            body=table.get("body", {}),
-            idempotency_header=str(table.get("idempotency_header", "Idempotency-Key")),
-            idempotent=idempotent,
-            evidence_field=str(table.get("evidence_field", "id")),
-            evidence_header=table.get("evidence_header"),
-            lookup_url=table.get("lookup_url"),
-            lookup_evidence_field=table.get("lookup_evidence_field"),
+            required_str(where, table, "url"),
+            method=string(where, table, "method", "POST"),
+            headers={str(k): str(v) for k, v in headers.items()},
+            body=sub_table(where, table, "body"),
+            idempotency_header="Idempotency-Key" if key_header is None else key_header,
+            idempotent=config_bool(where, table, "idempotent"),
+            evidence_field=string(where, table, "evidence_field", "id"),
+            evidence_header=optional_str(where, table, "evidence_header"),
+            lookup_url=optional_str(where, table, "lookup_url"),
+            lookup_evidence_field=optional_str(where, table, "lookup_evidence_field"),
             token=token,
-            auth_header=str(table.get("auth_header", "Authorization")),
-            auth_scheme=str(table.get("auth_scheme", "Bearer")),
-            timeout=timeout,
-            lookup_attempts=attempts,
-            lookup_max_wait=max_wait,
-            effect_class=str(table.get("effect_class", "publish")),
+            auth_header=string(where, table, "auth_header", "Authorization"),
+            auth_scheme="Bearer" if auth_scheme is None else auth_scheme,
+            timeout=number(where, table, "timeout", 30.0, unit="seconds"),
+            lookup_attempts=integer(where, table, "lookup_attempts", 4),
+            lookup_max_wait=number(where, table, "lookup_max_wait", 5.0, unit="seconds"),
+            effect_class=string(where, table, "effect_class", "publish"),
         )
 
     # --- requests -----------------------------------------------------------

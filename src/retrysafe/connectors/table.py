@@ -34,12 +34,12 @@ import re
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from ..errors import ConfigError, ConnectorError, InvalidInput
 from ..fsio import atomic_write
+from ._config import config_bool, env_secret, optional_str, reject_unknown, required_str, string
 from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult, Payload
-from .files import parse_bool
 
 __all__ = ["CsvTableConnector", "SqlTableConnector"]
 
@@ -49,12 +49,6 @@ _COMMON_FIELDS = {"type", "key_column", "updatable", "effect_class"}
 
 class _SchemaProblem(Exception):
     """The table or a column is missing."""
-
-
-def _check_fields(name: str, table: Mapping[str, Any], allowed: set[str]) -> None:
-    extra = sorted(set(table) - allowed - _COMMON_FIELDS)
-    if extra:
-        raise ConfigError(f"connector {name!r}: unknown field(s) {', '.join(extra)}")
 
 
 def _cell(value: Any) -> str:
@@ -85,7 +79,6 @@ class CsvTableConnector(ConnectorBase):
     replaced atomically, so concurrent writers neither lose nor tear rows.
     """
 
-    type_name: ClassVar[str] = "csv"
     effect_class = "publish"
     authoritative = True
 
@@ -108,27 +101,22 @@ class CsvTableConnector(ConnectorBase):
 
     @classmethod
     def from_config(cls, name: str, table: Mapping[str, Any]) -> CsvTableConnector:
-        _check_fields(name, table, {"path", "columns"})
-        raw = table.get("path")
-        if not isinstance(raw, str) or not raw:
-            raise ConfigError(f"connector {name!r}: 'path' (the CSV file) is required")
+        where = f"connector {name!r}"
+        reject_unknown(where, table, {*_COMMON_FIELDS, "path", "columns"})
+        raw = required_str(where, table, "path", "the CSV file")
         path = Path(raw).expanduser()
         if not path.is_absolute():
-            raise ConfigError(f"connector {name!r}: path {raw!r} must be absolute")
+            raise ConfigError(f"{where}: path {raw!r} must be absolute")
         columns = table.get("columns", [])
         if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
-            raise ConfigError(f"connector {name!r}: columns must be a list of names")
-        try:
-            updatable = parse_bool(table.get("updatable", False), f"connector {name!r}: updatable")
-        except InvalidInput as exc:
-            raise ConfigError(exc.message) from None
+            raise ConfigError(f"{where}: columns must be a list of names")
         return cls(
             name,
             path,
-            key_column=str(table.get("key_column", "retrysafe_key")),
+            key_column=string(where, table, "key_column", "retrysafe_key"),
             columns=columns,
-            updatable=updatable,
-            effect_class=str(table.get("effect_class", "publish")),
+            updatable=config_bool(where, table, "updatable"),
+            effect_class=string(where, table, "effect_class", "publish"),
         )
 
     @contextlib.contextmanager
@@ -292,7 +280,6 @@ class SqlTableConnector(ConnectorBase):
     ``id_column`` names the column returned as evidence (default: the key).
     """
 
-    type_name: ClassVar[str] = "sql"
     effect_class = "publish"
     authoritative = True
 
@@ -330,27 +317,17 @@ class SqlTableConnector(ConnectorBase):
 
     @classmethod
     def from_config(cls, name: str, table: Mapping[str, Any]) -> SqlTableConnector:
-        _check_fields(name, table, {"url", "table", "id_column", "password_env"})
-        url, tbl = table.get("url"), table.get("table")
-        if not isinstance(url, str) or not url:
-            raise ConfigError(f"connector {name!r}: 'url' is required (sqlite:///... or postgresql://...)")
-        if not isinstance(tbl, str) or not tbl:
-            raise ConfigError(f"connector {name!r}: 'table' is required")
-        id_column = table.get("id_column")
-        password_env = table.get("password_env")
-        try:
-            updatable = parse_bool(table.get("updatable", False), f"connector {name!r}: updatable")
-        except InvalidInput as exc:
-            raise ConfigError(exc.message) from None
+        where = f"connector {name!r}"
+        reject_unknown(where, table, {*_COMMON_FIELDS, "url", "table", "id_column", "password_env"})
         return cls(
             name,
-            url,
-            tbl,
-            key_column=str(table.get("key_column", "retrysafe_key")),
-            id_column=str(id_column) if id_column else None,
-            password_env=str(password_env) if password_env else None,
-            updatable=updatable,
-            effect_class=str(table.get("effect_class", "publish")),
+            required_str(where, table, "url", "sqlite:///... or postgresql://..."),
+            required_str(where, table, "table"),
+            key_column=string(where, table, "key_column", "retrysafe_key"),
+            id_column=optional_str(where, table, "id_column") or None,
+            password_env=optional_str(where, table, "password_env") or None,
+            updatable=config_bool(where, table, "updatable"),
+            effect_class=string(where, table, "effect_class", "publish"),
         )
 
     # --- statements, written once with a placeholder style per backend ---------
@@ -418,12 +395,7 @@ class SqlTableConnector(ConnectorBase):
 
         kwargs: dict[str, Any] = {"connect_timeout": 10}
         if self.password_env:
-            secret = os.environ.get(self.password_env)
-            if secret is None:
-                raise ConfigError(
-                    f"connector {self.name!r}: environment variable {self.password_env} is not set"
-                )
-            kwargs["password"] = secret
+            kwargs["password"] = env_secret(f"connector {self.name!r}", self.password_env)
         try:
             return psycopg.connect(self.url, **kwargs)
         except psycopg.Error as exc:

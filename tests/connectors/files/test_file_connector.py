@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,21 +59,6 @@ def test_publish_copies_atomically_and_lookup_proves_it(artifact: Path, www: Pat
     assert conn.verify(KEY, evidence) and conn.count(KEY) == 1
     # Publishing the same artifact again is the same effect, not a second one.
     assert conn.execute(KEY, payload) == evidence
-
-
-def test_sigkill_after_the_copy_is_found_and_not_copied_again(artifact: Path, www: Path, spawn: Any) -> None:
-    """Crash between the rename and our record: the re-run finds the file and writes nothing."""
-    config = {"target": f"{www}/{{key}}.html"}
-    payload = {"source": str(artifact)}
-    code, out = spawn("file", config, KEY, payload, kill_after_execute=True)
-    assert code == -signal.SIGKILL and out is None
-    [target] = list(www.iterdir())
-    before = target.stat()
-
-    code, out = spawn("file", config, KEY, payload)
-    assert out == {"found": f"sha256:{sha(artifact)}@{target}"}
-    after = target.stat()
-    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
 
 
 def test_other_content_at_the_target_is_ambiguous_and_never_clobbered(artifact: Path, www: Path) -> None:

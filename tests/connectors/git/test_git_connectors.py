@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shlex
 import shutil
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -69,23 +68,6 @@ def test_a_message_quoting_the_key_is_not_mistaken_for_the_trailer(repos: Any) -
     assert conn.lookup(KEY, {}) == ABSENT
 
 
-def test_sigkill_after_the_commit_is_found_and_not_committed_again(repos: Any, spawn: Any) -> None:
-    """Crash between the commit and our record: the re-run finds the trailer, commits nothing."""
-    work = repos.work
-    (work / "w32.md").write_text("# Week 32\n")
-    config = {"repo": str(work), "branch": "main"}
-    payload = {"paths": "w32.md", "message": "Add week 32"}
-    code, out = spawn("git", config, KEY, payload, kill_after_execute=True)
-    assert code == -signal.SIGKILL and out is None
-    [sha] = repos.keyed(work, "main", KEY)
-
-    (work / "w32.md").write_text("# Week 32, regenerated\n")
-    code, out = spawn("git", config, KEY, payload)
-    assert out == {"found": sha}
-    assert repos.keyed(work, "main", KEY) == [sha]
-    assert repos.git(work, "rev-parse", "HEAD") == sha
-
-
 def test_lookup_finds_the_commit_on_the_remote_after_a_fetch(repos: Any) -> None:
     """A fresh clone that never saw the commit locally still finds it on origin."""
     other = repos.clone("other")
@@ -136,20 +118,6 @@ def test_push_puts_the_commit_on_the_remote_and_lookup_proves_it(repos: Any) -> 
     assert repos.git(repos.remote, "rev-parse", "main") == sha
     assert isinstance(conn.lookup(PUSH_KEY, {"sha": sha}), Found)
     assert conn.verify(PUSH_KEY, f"origin/main@{sha}")
-
-
-def test_sigkill_after_the_push_is_found_and_not_pushed_again(repos: Any, spawn: Any) -> None:
-    """Crash between the push and our record: the re-run fetches, finds the commit, stops."""
-    work = repos.work
-    (work / "w32.md").write_text("# Week 32\n")
-    sha = committer(work).execute(KEY, {"paths": "w32.md", "message": "Add week 32"})
-    config = {"repo": str(work), "branch": "main"}
-    code, out = spawn("git_push", config, PUSH_KEY, {}, kill_after_execute=True)
-    assert code == -signal.SIGKILL and out is None
-    assert repos.git(repos.remote, "rev-parse", "main") == sha
-
-    code, out = spawn("git_push", config, PUSH_KEY, {})
-    assert out == {"found": f"origin/main@{sha}"}
 
 
 def test_rejected_push_is_a_definite_failure_then_succeeds_after_rebase(repos: Any) -> None:

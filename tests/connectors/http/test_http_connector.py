@@ -48,19 +48,6 @@ def test_evidence_from_a_dotted_json_field_or_a_header(api: Any) -> None:
     assert evidence == f"/plain/items/{api.resources('plain', KEY + '-b')[0]['id']}"
 
 
-def test_sigkill_after_the_post_is_found_by_lookup_and_not_repeated(api: Any, spawn: Any) -> None:
-    """Crash between the provider's write and our record: the re-run finds it, sends nothing."""
-    config = api.config("plain")
-    code, out = spawn("http", config, KEY, BODY, kill_after_execute=True)
-    assert code == -signal.SIGKILL and out is None
-    assert len(api.resources("plain", KEY)) == 1
-
-    code, out = spawn("http", config, KEY, BODY)
-    assert code == 0
-    assert out == {"found": api.resources("plain", KEY)[0]["id"]}
-    assert len(api.resources("plain")) == 1
-
-
 def test_idempotent_api_without_lookup_resends_and_gets_the_same_resource(api: Any, spawn: Any) -> None:
     """With idempotent = true and no lookup URL, re-sending the same key is the lookup."""
     config = api.config("idem", lookup_url=None, idempotent=True)

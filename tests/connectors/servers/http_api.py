@@ -7,8 +7,9 @@ Two collections behave like the two kinds of API found in the wild:
 * ``/plain/items`` ignores the header: every POST creates a new resource.
 
 Both record the key they were sent with and answer ``GET
-/<api>/items/by-key/<key>`` (200 with the resource, 404 when absent). A POST
-needs a JSON body with a ``title`` (else 400). State is written to a JSON
+/<api>/items/by-key/<key>`` (200 with the resource, 404 when absent) and
+``DELETE /<api>/items/<id>`` (204, or 404 when absent). A POST needs a JSON
+body with a ``title`` (else 400). State is written to a JSON
 file (atomically) *before* the answer, so a test that kills a client right
 after the request can count the resources that really exist.
 
@@ -180,6 +181,26 @@ class Handler(BaseHTTPRequestHandler):
         status = int(knob["status"]) if knob and action == "status_after_create" else 201
         self._send(status, self._resource(res), {"Location": f"/{api}/items/{res['id']}"})
         return None
+
+
+    def do_DELETE(self) -> None:
+        state = self.server.state
+        parts = self.path.split("/")
+        if not self._authorized():
+            return None
+        # /<api>/items/<id>
+        if len(parts) == 4 and parts[1] in APIS and parts[2] == "items":
+            with state.lock:
+                kept = [r for r in state.data["resources"] if not (r["api"] == parts[1] and r["id"] == parts[3])]
+                if len(kept) == len(state.data["resources"]):
+                    return self._send(404, {"error": "no such resource"})
+                state.data["resources"] = kept
+                state.save()
+            self.send_response(204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        return self._send(404, {"error": "no such path"})
 
 
 class ApiServer(ThreadingHTTPServer):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import shlex
-import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -51,17 +50,6 @@ def test_append_writes_the_key_column_and_lookup_finds_the_row(tmp_path: Path) -
     assert conn.execute(KEY, {"title": "again"}) == first
     assert len(read(path)) == 3
     assert not list(tmp_path.glob(".log.csv.*"))  # no temporary file left behind
-
-
-def test_sigkill_after_the_append_is_found_and_not_appended_again(tmp_path: Path, spawn: Any) -> None:
-    """Crash between the rename and our record: the re-run finds the row and adds nothing."""
-    config = {"path": str(tmp_path / "log.csv")}
-    code, out = spawn("csv", config, KEY, {"title": "Week 32"}, kill_after_execute=True)
-    assert code == -signal.SIGKILL and out is None
-
-    code, out = spawn("csv", config, KEY, {"title": "Week 32"})
-    assert out == {"found": f"{tmp_path / 'log.csv'}#2"}
-    assert read(tmp_path / "log.csv") == [["title", "retrysafe_key"], ["Week 32", KEY]]
 
 
 def test_concurrent_writers_lose_no_row_and_never_duplicate_a_key(tmp_path: Path, spawn: Any) -> None:

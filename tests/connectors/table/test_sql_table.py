@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shlex
-import signal
 import socket
 import sys
 from pathlib import Path
@@ -44,18 +43,6 @@ def test_a_repeated_insert_returns_the_existing_row(sql_target: Any) -> None:
     first = conn.execute(KEY, {"title": "Week 32"})
     assert conn.execute(KEY, {"title": "Week 32 again"}) == first
     assert [r[2] for r in sql_target.rows()] == ["Week 32"]
-
-
-def test_sigkill_after_the_commit_is_found_and_not_inserted_again(sql_target: Any, spawn: Any) -> None:
-    """Crash between the commit and our record: the re-run finds the row, inserts nothing."""
-    config = {"url": sql_target.url, "table": sql_target.table, "id_column": "id"}
-    code, out = spawn("sql", config, KEY, {"title": "Week 32"}, kill_after_execute=True)
-    assert code == -signal.SIGKILL and out is None
-    [(row_id, *_)] = sql_target.rows()
-
-    code, out = spawn("sql", config, KEY, {"title": "Week 32"})
-    assert out == {"found": f"{sql_target.table}#{row_id}"}
-    assert len(sql_target.rows()) == 1
 
 
 def test_constraint_violation_is_a_definite_failure_then_the_fix_succeeds(

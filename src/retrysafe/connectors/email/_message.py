@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InvalidInput
+from .._config import reject_unknown
 
 __all__ = [
     "KEY_HEADER",
@@ -64,12 +65,7 @@ def build_message(
     Fields: ``to`` (list or comma-separated string), ``subject``, ``body`` or
     ``body_file``, optional ``cc`` and ``from`` (overrides the config's).
     """
-    unknown = sorted(set(payload) - _PAYLOAD_KEYS)
-    if unknown:
-        raise InvalidInput(
-            f"email payload: unknown field(s) {', '.join(unknown)} "
-            f"(known: {', '.join(sorted(_PAYLOAD_KEYS))})"
-        )
+    reject_unknown("email payload", payload, _PAYLOAD_KEYS, error=InvalidInput, list_known=True)
     to = _addresses("to", payload.get("to"), required=True)
     cc = _addresses("cc", payload.get("cc"), required=False)
     sender_value = payload.get("from", default_sender)

@@ -6,12 +6,12 @@ that holds each password. :func:`password_from_env` reads it at connect time.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ...errors import ConfigError
+from .._config import env_secret, number, optional_str, reject_unknown, required_str, string, sub_table
 
 __all__ = [
     "DEFAULT_MESSAGE_ID_DOMAIN",
@@ -97,19 +97,13 @@ class EmailSettings:
 
 def password_from_env(server: ServerSettings, connector: str) -> str:
     """The password named by ``password_env``; a missing variable is a config error."""
-    value = os.environ.get(server.password_env)
-    if value is None:
-        raise ConfigError(
-            f"connector {connector!r}: environment variable {server.password_env} "
-            f"(password for {server.describe()}) is not set"
-        )
-    return value
+    return env_secret(f"connector {connector!r}", server.password_env, f"password for {server.describe()}")
 
 
 def parse_settings(name: str, table: Mapping[str, Any]) -> EmailSettings:
     """Check a ``[connectors.NAME]`` table; every mistake is a one-line :class:`ConfigError`."""
     where = f"connector {name!r}"
-    _reject_unknown(where, table, _TOP_KEYS)
+    reject_unknown(where, table, _TOP_KEYS, noun="key")
     shared = {key: table[key] for key in _SHARED_KEYS if key in table}
     smtp = _server(f"{where} [smtp]", "smtp", _required_table(where, table, "smtp"), shared)
     imap = _server(f"{where} [imap]", "imap", _required_table(where, table, "imap"), shared)
@@ -117,7 +111,7 @@ def parse_settings(name: str, table: Mapping[str, Any]) -> EmailSettings:
     sent_copy = table.get("sent_copy", "client")
     if sent_copy not in ("client", "server"):
         raise ConfigError(f'{where}: sent_copy must be "client" or "server", not {sent_copy!r}')
-    domain = _string(where, table, "message_id_domain", DEFAULT_MESSAGE_ID_DOMAIN)
+    domain = string(where, table, "message_id_domain", DEFAULT_MESSAGE_ID_DOMAIN)
     if not domain or any(ch in domain for ch in "<>@ \t\r\n"):
         raise ConfigError(f"{where}: message_id_domain {domain!r} is not a domain name")
 
@@ -126,15 +120,13 @@ def parse_settings(name: str, table: Mapping[str, Any]) -> EmailSettings:
         recipient_table = _required_table(where, table, "recipient_imap")
         recipient = _recipient(f"{where} [recipient_imap]", recipient_table)
 
-    sender = table.get("from")
-    if sender is not None and not isinstance(sender, str):
-        raise ConfigError(f"{where}: 'from' must be a string")
+    sender = optional_str(where, table, "from")
     return EmailSettings(
         name=name,
         smtp=smtp,
         imap=imap,
         sender=sender,
-        sent_folder=_string(where, table, "sent_folder", "Sent"),
+        sent_folder=string(where, table, "sent_folder", "Sent"),
         sent_copy=sent_copy,
         message_id_domain=domain,
         recipient=recipient,
@@ -142,7 +134,7 @@ def parse_settings(name: str, table: Mapping[str, Any]) -> EmailSettings:
 
 
 def _recipient(where: str, table: Mapping[str, Any]) -> RecipientMailbox:
-    _reject_unknown(where, table, _RECIPIENT_KEYS)
+    reject_unknown(where, table, _RECIPIENT_KEYS, noun="key")
     server_table = {key: value for key, value in table.items() if key in _SERVER_KEYS}
     server = _server(where, "imap", server_table, {})
     address = table.get("address", server.username)
@@ -158,7 +150,7 @@ def _recipient(where: str, table: Mapping[str, Any]) -> RecipientMailbox:
         or not all(isinstance(f, str) and f for f in folders)
     ):
         raise ConfigError(f"{where}: 'folder' must be a folder name or a list of them")
-    settle = _number(where, table, "settle_seconds", DEFAULT_SETTLE_SECONDS)
+    settle = number(where, table, "settle_seconds", DEFAULT_SETTLE_SECONDS, unit="seconds")
     return RecipientMailbox(
         server=server, address=address.lower(), folders=tuple(folders), settle_seconds=settle
     )
@@ -170,28 +162,19 @@ def _server(
     table: Mapping[str, Any],
     shared: Mapping[str, Any],
 ) -> ServerSettings:
-    _reject_unknown(where, table, _SERVER_KEYS)
+    reject_unknown(where, table, _SERVER_KEYS, noun="key")
     merged = {**shared, **table}
-    host = merged.get("host")
-    if not isinstance(host, str) or not host:
-        raise ConfigError(f"{where}: 'host' is required")
+    host = required_str(where, merged, "host")
     security = merged.get("security", "ssl" if protocol == "imap" else "starttls")
     if security not in _SECURITIES:
         raise ConfigError(f"{where}: security must be one of ssl, starttls, none; not {security!r}")
     port = merged.get("port", _DEFAULT_PORTS[protocol][security])
     if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
         raise ConfigError(f"{where}: port must be a number from 1 to 65535, not {port!r}")
-    username = merged.get("username")
-    if not isinstance(username, str) or not username:
-        raise ConfigError(f"{where}: 'username' is required")
-    password_env = merged.get("password_env")
-    if not isinstance(password_env, str) or not password_env:
-        raise ConfigError(
-            f"{where}: 'password_env' (the environment variable holding the password) is required"
-        )
-    ca_file = merged.get("ca_file")
-    if ca_file is not None and not isinstance(ca_file, str):
-        raise ConfigError(f"{where}: 'ca_file' must be a path")
+    username = required_str(where, merged, "username")
+    password_env = required_str(
+        where, merged, "password_env", "the environment variable holding the password"
+    )
     return ServerSettings(
         protocol=protocol,
         host=host,
@@ -199,35 +182,13 @@ def _server(
         security=security,
         username=username,
         password_env=password_env,
-        timeout=_number(where, merged, "timeout", DEFAULT_TIMEOUT),
-        ca_file=ca_file,
+        timeout=number(where, merged, "timeout", DEFAULT_TIMEOUT, unit="seconds"),
+        ca_file=optional_str(where, merged, "ca_file"),
     )
 
 
 def _required_table(where: str, table: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = table.get(key)
+    value = sub_table(where, table, key)
     if value is None:
         raise ConfigError(f"{where}: the [{key}] table (host, port, security) is required")
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: '{key}' must be a table")
     return value
-
-
-def _reject_unknown(where: str, table: Mapping[str, Any], known: frozenset[str]) -> None:
-    unknown = sorted(set(table) - known)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
-
-
-def _string(where: str, table: Mapping[str, Any], key: str, default: str) -> str:
-    value = table.get(key, default)
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{where}: '{key}' must be a non-empty string")
-    return value
-
-
-def _number(where: str, table: Mapping[str, Any], key: str, default: float) -> float:
-    value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(f"{where}: '{key}' must be a number of seconds, not {value!r}")
-    return float(value)
