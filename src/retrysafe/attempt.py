@@ -33,6 +33,7 @@ from .errors import (
     StepBlocked,
     StepFailed,
     StepUnknown,
+    command_line,
 )
 from .folders import AttemptFolder
 from .fsio import atomic_copy, sha256_file
@@ -562,8 +563,9 @@ class Run:
                                key=self.key, step=name, state=_S.DONE)
         if decision.action is Action.LOOKUP:
             raise InvalidInput(
-                f"look first: {decision.reason}. Found: 'retrysafe record {self.key} {name} "
-                "--evidence ID'. Certainly absent: add --absent WHERE",
+                f"look first: {decision.reason}. Found: "
+                f"'{command_line('record', self.key, name, options='--evidence ID')}'. "
+                "Certainly absent: add --absent WHERE",
                 key=self.key, step=name, state=decision.state)
         if decision.action is not Action.EXECUTE:
             raise self._refusal(name, item, step, decision, cls)

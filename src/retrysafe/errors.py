@@ -42,6 +42,7 @@ __all__ = [
     "UnknownJob",
     "UnknownOutcome",
     "UnknownStep",
+    "command_line",
     "unblock_command",
 ]
 
@@ -184,6 +185,18 @@ class AttemptNotActive(StaleAttempt):
 # --- outcomes and steps -----------------------------------------------------------
 
 
+def command_line(verb: str, *args: str, options: str = "") -> str:
+    """``retrysafe VERB [OPTIONS] ARGS``, each argument quoted for the shell, so a
+    printed command pastes as it is; an argument that starts with ``-`` comes
+    after ``--``, so it is never read as an option."""
+    from shlex import quote
+
+    words = " ".join(quote(a) for a in args)
+    if any(a.startswith("-") for a in args):
+        return f"retrysafe {verb} {options + ' ' if options else ''}-- {words}"
+    return f"retrysafe {verb} {words}{' ' + options if options else ''}"
+
+
 def unblock_command(cause: BlockCause | str, key: str, step: str | None = None, *,
                     evidence: str | None = None) -> str:
     """The command a human runs to move what ``cause`` blocked, quoted for the shell.
@@ -195,15 +208,17 @@ def unblock_command(cause: BlockCause | str, key: str, step: str | None = None, 
     from shlex import quote
 
     if step is None or cause == BlockCause.EXHAUSTED:
-        return f"retrysafe retry {quote(key)}"
-    target = f"{quote(key)} {quote(step)}"
+        return command_line("retry", key)
     if cause == BlockCause.APPROVAL:
-        return f"retrysafe approve {target}"
+        return command_line("approve", key, step)
     if evidence is not None:
-        return f"retrysafe resolve {target} --found {quote(evidence)}"
+        return command_line("resolve", key, step, options=f"--found {quote(evidence)}")
     if cause in (BlockCause.NOT_RETRIED, BlockCause.ARTIFACT):
-        return f"retrysafe resolve {target} --absent"
-    return f"retrysafe resolve {target} --found EVIDENCE | --absent"
+        return command_line("resolve", key, step, options="--absent")
+    found = command_line("resolve", key, step, options="--found EVIDENCE")
+    if found.endswith("--found EVIDENCE"):
+        return found + " | --absent"
+    return f"{found} | {command_line('resolve', key, step, options='--absent')}"
 
 
 class OutcomeBlocked(RetrysafeError):

@@ -37,9 +37,18 @@ _MONTH = re.compile(r"^([0-9]{4})-([0-9]{2})$")
 _ISOWEEK = re.compile(r"^([0-9]{4})-W([0-9]{2})$")
 
 
-def _no_controls(name: str, value: str) -> None:
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-        raise InvalidParameter(f"parameter {name!r}: control characters are not allowed")
+def _no_controls(label: str, value: str) -> None:
+    """Refuse control and invisible format characters (bidirectional overrides,
+    zero-width spaces and joiners, soft hyphens): they make two keys that look
+    the same, or a printed command that reads differently from what it does."""
+    if value.isascii() and value.isprintable():
+        return
+    import unicodedata
+
+    for ch in value:
+        if unicodedata.category(ch) in ("Cc", "Cf"):
+            kind = "control" if unicodedata.category(ch) == "Cc" else "invisible"
+            raise InvalidParameter(f"{label}: {kind} character U+{ord(ch):04X} is not allowed")
 
 
 def _str(name: str, value: str) -> str:
@@ -47,8 +56,13 @@ def _str(name: str, value: str) -> str:
         raise InvalidParameter(f"parameter {name!r}: must not be empty")
     if value != value.strip():
         raise InvalidParameter(f"parameter {name!r}: leading or trailing whitespace")
-    _no_controls(name, value)
-    return value
+    _no_controls(f"parameter {name!r}", value)
+    if value.isascii():
+        return value
+    import unicodedata
+
+    # one spelling per text: "Café" typed precomposed or decomposed is one outcome
+    return unicodedata.normalize("NFC", value)
 
 
 def _slug(name: str, value: str) -> str:
@@ -161,7 +175,7 @@ def check_key(key: str) -> str:
         raise InvalidInput("outcome key is empty")
     if len(key) > MAX_KEY_LENGTH:
         raise InvalidInput(f"outcome key is {len(key)} characters, at most {MAX_KEY_LENGTH}")
-    _no_controls("key", key)
+    _no_controls("outcome key", key)
     return key
 
 

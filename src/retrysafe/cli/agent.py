@@ -30,7 +30,15 @@ import click
 from .. import envvars
 from ..attempt import Decision
 from ..engine import unblock_hint
-from ..errors import EXIT_BLOCKED, EXIT_BUSY, EXIT_DONE, EXIT_FAILED, InvalidInput, StaleAttempt
+from ..errors import (
+    EXIT_BLOCKED,
+    EXIT_BUSY,
+    EXIT_DONE,
+    EXIT_FAILED,
+    InvalidInput,
+    StaleAttempt,
+    command_line,
+)
 from ..keys import parse_assignments, step_key
 from ..ledger import Holder
 from ..process import host_id
@@ -211,7 +219,8 @@ def intent(
     """
     run = state().engine.resume(key, attempt_id)
     skey = run.intend(step_name, effect_class, item=item, absent=absent)
-    click.echo(f"running: {skey}; act once now, then 'retrysafe record {key} {step_name} --evidence ID'")
+    record = command_line("record", key, step_name, options="--evidence ID")
+    click.echo(f"running: {skey}; act once now, then '{record}'")
 
 
 # --- record / unknown / block ------------------------------------------------------------

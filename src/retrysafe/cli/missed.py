@@ -78,5 +78,8 @@ def missed(
     table(["occurrence", "key", "state"], [(r["occurrence"], r["key"], r["state"]) for r in rows])
     first = next((r for r in rows if r["state"] != "done"), None)
     if first:
-        extra = "".join(f" -p {k}={v}" for k, v in given.items())
-        click.echo(f"backfill: retrysafe run {job_name}{extra} -p {name}={first['occurrence']} -- CMD")
+        from shlex import quote
+
+        extra = "".join(f" -p {quote(f'{k}={v}')}" for k, v in given.items())
+        occurrence = quote(f"{name}={first['occurrence']}")
+        click.echo(f"backfill: retrysafe run {quote(job_name)}{extra} -p {occurrence} -- CMD")

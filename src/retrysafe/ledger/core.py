@@ -22,6 +22,7 @@ from ..errors import (
     SchemaTooNew,
     StaleAttempt,
     UnknownOutcome,
+    command_line,
     unblock_command,
 )
 from ..states import (
@@ -284,10 +285,8 @@ class LedgerCore:
 
     def _exhaust(self, tx: Tx, out: OutcomeRecord, used: int, max_attempts: int) -> OutcomeRecord:
         """Block the outcome: its attempt budget is spent; a human grants more."""
-        from shlex import quote
-
         reason = (f"attempts exhausted ({used} of {max_attempts}); check what failed with "
-                  f"'retrysafe status {quote(out.key)}', then "
+                  f"'{command_line('status', out.key)}', then "
                   f"'{unblock_command(BlockCause.EXHAUSTED, out.key)}'")
         self._set_outcome(tx, out, _O.BLOCKED, reason, cause=BlockCause.EXHAUSTED)
         got = self._lock_outcome(tx, out.key)

@@ -1,0 +1,83 @@
+"""Hostile and odd parameters: printed commands paste safely, one spelling is one outcome."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import Home
+
+CONFIG = """
+[jobs.team]
+key = "{name}"
+params = { name = "str" }
+"""
+
+
+def _configure(home: Home) -> None:
+    home.path.mkdir(parents=True, exist_ok=True)
+    home.config(CONFIG)
+
+
+def _blocked_step(home: Home, tmp_path: Path, name: str) -> str:
+    """Run a job whose step may have happened and has no lookup: it blocks; the
+    'to unblock' line is returned as printed."""
+    _configure(home)
+    script = tmp_path / "job.sh"
+    # the effect "happens" and then the step command dies without an answer
+    script.write_text("#!/bin/sh\nexec \"$RETRYSAFE_PY\" -m retrysafe step send --class message"
+                      " -- sh -c 'kill -9 $$'\n")
+    script.chmod(0o755)
+    env = {"RETRYSAFE_PY": sys.executable}
+    first = home.run("run", "team", "-p", f"name={name}", "--", str(script), env=env)
+    assert first.returncode == 1, first.stdout + first.stderr
+    second = home.run("run", "team", "-p", f"name={name}", "--", str(script), env=env)
+    assert second.returncode == 3, second.stdout + second.stderr
+    hint = next(ln for ln in second.stdout.splitlines() if ln.startswith("to unblock: "))
+    return hint.removeprefix("to unblock: ")
+
+
+@pytest.mark.parametrize("name", ["x$(touch owned)", "-rf", "a'b \"c\" `d`", "ops; touch owned"])
+def test_a_printed_unblock_command_pasted_into_a_shell_does_exactly_what_it_says(
+        home: Home, tmp_path: Path, name: str) -> None:
+    """Keys from hostile parameters are quoted (and put after ``--`` when they start
+    with a dash): pasting the hint runs nothing else and settles the right step."""
+    hint = _blocked_step(home, tmp_path, name)
+    first_choice = hint.split(" | ")[0].replace("EVIDENCE", "msg-1")
+    bindir = str(Path(sys.executable).parent)
+    proc = subprocess.run(["sh", "-c", first_choice], cwd=tmp_path, capture_output=True, text=True,
+                          env={**home.env, "PATH": f"{bindir}:{os.environ['PATH']}"}, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not (tmp_path / "owned").exists()
+    with home.open_ledger() as ledger:
+        step = ledger.step(f"{name}/send")
+        assert step is not None and (step.state, step.evidence) == ("done", "msg-1")
+
+
+def test_precomposed_and_decomposed_spellings_are_one_outcome(home: Home, tmp_path: Path) -> None:
+    """'Café' typed precomposed (U+00E9) or decomposed (e + U+0301) names one outcome."""
+    _configure(home)
+    sent = tmp_path / "sent.log"
+    cmd = ["sh", "-c", f"echo once >> {sent}"]
+    first = home.run("run", "team", "-p", "name=Caf\u00e9 Ltd", "--", *cmd)
+    again = home.run("run", "team", "-p", "name=Cafe\u0301 Ltd", "--", *cmd)
+    assert first.returncode == 0 and again.returncode == 0, again.stdout + again.stderr
+    assert "already done" in again.stdout
+    assert sent.read_text() == "once\n"
+
+
+@pytest.mark.parametrize("char", ["\u202e", "\u200b", "\u2066", "\u00ad", "\x1b"])
+def test_invisible_and_control_characters_in_parameters_are_refused_and_never_printed(
+        home: Home, tmp_path: Path, char: str) -> None:
+    """Bidirectional overrides, zero-width and control characters: exit 2, one line
+    naming the code point, the character itself never echoed, nothing recorded."""
+    _configure(home)
+    before = home.snapshot()
+    proc = home.run("run", "team", "-p", f"name=ab{char}cd", "--", "true")
+    assert proc.returncode == 2
+    assert f"U+{ord(char):04X}" in proc.stderr and char not in proc.stderr + proc.stdout
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert home.snapshot() == before
