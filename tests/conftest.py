@@ -2,6 +2,8 @@
 
 Ledger-level tests run once per backend through the ``ledger_url`` fixture:
 SQLite always, PostgreSQL from ``tests/pgtest.py`` (never skipped under CI).
+The PostgreSQL leg carries the ``postgres`` marker, as the tests in
+``tests/postgres/`` do, so ``-m postgres`` / ``-m "not postgres"`` select it.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ except ImportError:  # pragma: no cover - before the PostgreSQL support lands
         pytest.skip("PostgreSQL test support is missing")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh, empty ledger on each backend."""
     if request.param == "sqlite":

@@ -3,6 +3,13 @@
 Every injection point of a pipeline with a generate step and three effect
 steps; a kill from outside after the effect and before the record; eight
 concurrent runs; a zombie attempt woken after another finished the outcome.
+
+Every test runs once per ledger backend (SQLite, PostgreSQL) through the
+``any_pipeline`` / ``any_home`` fixtures, which build on ``ledger_url``; the
+PostgreSQL legs carry the ``postgres`` marker. The signals (SIGKILL, SIGSTOP)
+hit the retrysafe processes on this host whatever the ledger, so each test
+means the same on both: what the ledger keeps across the crash is what is
+under test.
 """
 
 from __future__ import annotations
@@ -53,40 +60,44 @@ def test_sigkill_at_every_injection_point_then_rerun(any_pipeline: Pipeline, cra
     assert again.returncode == 0 and "already done" in again.stdout
 
 
-def test_kill_of_the_whole_process_group_after_the_effect(pipeline: Pipeline) -> None:
+def test_kill_of_the_whole_process_group_after_the_effect(any_pipeline: Pipeline) -> None:
     """A cron timeout killing everything after the effect landed: the re-run looks it up."""
-    pidfile = pipeline.ext / "pgid"
+    pidfile = any_pipeline.ext / "pgid"
     env = {"EFFECT_SLOW": "row", "EFFECT_SLEEP": "30", "EFFECT_PIDFILE": str(pidfile)}
-    proc = pipeline.popen(env=env, start_new_session=True)
+    proc = any_pipeline.popen(env=env, start_new_session=True)
     deadline = time.monotonic() + 60
-    while pipeline.count("row") == 0:
+    while any_pipeline.count("row") == 0:
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert pipeline.count("row") == 1
-    rerun = pipeline.run()
+    assert any_pipeline.count("row") == 1
+    rerun = any_pipeline.run()
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-    assert_one_outcome(pipeline)
-    history = json.loads(pipeline.home.run("history", pipeline.key, "--json").stdout)
+    assert_one_outcome(any_pipeline)
+    history = json.loads(any_pipeline.home.run("history", any_pipeline.key, "--json").stdout)
     assert any(e["step_key"].endswith("/row") and e["reason"] == "found by lookup"
                for e in history)
 
 
-def test_eight_concurrent_runs_make_one_outcome(pipeline: Pipeline) -> None:
+def test_eight_concurrent_runs_make_one_outcome(any_pipeline: Pipeline) -> None:
     """Eight copies started at once: one does the work, the others exit 0 or 75."""
-    procs = [pipeline.popen() for _ in range(8)]
+    procs = [any_pipeline.popen() for _ in range(8)]
     codes = [p.wait(timeout=120) for p in procs]
     assert all(c in (0, 75) for c in codes), codes
     assert codes.count(0) >= 1
-    while pipeline.run().returncode != 0:  # a busy loser may have left it to the winner
+    while any_pipeline.run().returncode != 0:  # a busy loser may have left it to the winner
         time.sleep(0.2)
-    assert_one_outcome(pipeline)
+    assert_one_outcome(any_pipeline)
 
 
-def test_zombie_attempt_cannot_write_or_execute_again(home: Home, tmp_path: Path) -> None:
-    """SIGSTOP past the lease, another attempt finishes, SIGCONT: the zombie is refused."""
-    p = make_pipeline(home, tmp_path, lease=2)
+def test_zombie_attempt_cannot_write_or_execute_again(any_home: Home, tmp_path: Path) -> None:
+    """SIGSTOP past the lease, another attempt finishes, SIGCONT: the zombie is refused.
+
+    Through the CLI (``retrysafe run`` and its ``step`` children); the library's
+    own zombie test on a shared PostgreSQL ledger is tests/postgres/test_pg_zombie.py.
+    """
+    p = make_pipeline(any_home, tmp_path, lease=2)
     pidfile = p.ext / "pgid"
     env = {"EFFECT_SLOW": "publish", "EFFECT_SLEEP": "1", "EFFECT_PIDFILE": str(pidfile)}
     zombie = p.popen(env=env, start_new_session=True)
@@ -108,12 +119,12 @@ def test_zombie_attempt_cannot_write_or_execute_again(home: Home, tmp_path: Path
     assert [a["state"] for a in status["attempts"]] == ["superseded", "finished"]
 
 
-def test_definite_failure_then_success_after_the_fix(pipeline: Pipeline) -> None:
+def test_definite_failure_then_success_after_the_fix(any_pipeline: Pipeline) -> None:
     """Exit 75 from an effect: failed, nothing happened; the re-run after the fix completes."""
-    first = pipeline.run(env={"EFFECT_FAIL": "row"})
+    first = any_pipeline.run(env={"EFFECT_FAIL": "row"})
     assert first.returncode == 1
     summary = first.stdout.strip().splitlines()[-1]
     assert summary.startswith("failed:") and "step row failed" in summary and "75" in summary
-    assert pipeline.count("row") == 0
-    assert pipeline.run().returncode == 0
-    assert_one_outcome(pipeline)
+    assert any_pipeline.count("row") == 0
+    assert any_pipeline.run().returncode == 0
+    assert_one_outcome(any_pipeline)
