@@ -8,7 +8,6 @@ The PostgreSQL leg carries the ``postgres`` marker, as the tests in
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,17 +16,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from pgtest import empty_ledger_tables, pg_dsn  # noqa: F401 - pg_dsn is a fixture for every test
 from support import Home
-
-try:
-    from pgtest import pg_dsn
-except ImportError:  # pragma: no cover - before the PostgreSQL support lands
-
-    @pytest.fixture(scope="session")
-    def pg_dsn() -> str:
-        if os.environ.get("CI") == "true":
-            pytest.fail("PostgreSQL test support is missing")
-        pytest.skip("PostgreSQL test support is missing")
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -47,9 +37,9 @@ def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
                 tx.run("DELETE FROM rs_schema WHERE version > ?", (SCHEMA_VERSION,))
     finally:
         backend.close()
-    with open_ledger(dsn) as ledger, ledger.backend.transaction() as tx:
-        for table in ("rs_events", "rs_steps", "rs_attempts", "rs_outcomes"):
-            tx.run(f"DELETE FROM {table}")
+    with open_ledger(dsn):
+        pass  # migrated
+    empty_ledger_tables(dsn)
     return dsn
 
 

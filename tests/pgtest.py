@@ -306,3 +306,22 @@ class ThrowawayServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def empty_ledger_tables(dsn: str) -> None:
+    """Empty every ledger table of the database at ``dsn`` but the migration record.
+
+    The ``rs_`` tables are read from the database, so tables added by later
+    migrations are emptied too; ``RESTART IDENTITY`` makes history ids replay.
+    """
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+            " AND left(tablename, 3) = 'rs_' AND tablename <> 'rs_schema'"
+            " ORDER BY tablename").fetchall()]
+        if tables:
+            conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(
+                sql.SQL(", ").join(sql.Identifier(t) for t in tables)))

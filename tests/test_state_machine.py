@@ -19,11 +19,10 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psycopg
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
-from psycopg import sql
+from pgtest import empty_ledger_tables
 
 from retrysafe.errors import RetrysafeError, StaleAttempt
 from retrysafe.ledger import AttemptRecord, Holder, Ledger, open_ledger
@@ -69,14 +68,7 @@ def fresh_postgres(dsn: str) -> FreshLedger:
 
     @contextlib.contextmanager
     def fresh() -> Iterator[Ledger]:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            tables = [r[0] for r in conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
-                " AND left(tablename, 3) = 'rs_' AND tablename <> 'rs_schema'"
-                " ORDER BY tablename").fetchall()]
-            assert tables, "the ledger_url fixture migrates the database first"
-            conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(
-                sql.SQL(", ").join(sql.Identifier(t) for t in tables)))
+        empty_ledger_tables(dsn)
         with open_ledger(dsn) as led:
             yield led
 
