@@ -53,3 +53,13 @@ def test_architecture_names_only_files_that_exist() -> None:
     bases = [root, root / "src" / "retrysafe", root / "src" / "retrysafe" / "ledger"]
     missing = sorted(n for n in named if not any((b / n).exists() for b in bases))
     assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
+
+
+def test_every_environment_variable_is_documented_in_docs_cli() -> None:
+    """Each ``RETRYSAFE_*`` name in envvars.py appears in docs/cli.md."""
+    from retrysafe import envvars
+
+    text = (Path(__file__).parent.parent / "docs" / "cli.md").read_text()
+    names = [getattr(envvars, n) for n in envvars.__all__]
+    assert len(names) > 10
+    assert [n for n in names if n not in text] == []

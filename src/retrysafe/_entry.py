@@ -1,71 +1,62 @@
 """The ``retrysafe`` executable.
 
 Re-running a job re-runs every ``retrysafe step`` in it, and most of those
-steps are already done. That answer is a single ledger read, so it is given
-here without loading the command-line framework; everything else (and any
-doubt) goes to the full CLI in :mod:`retrysafe.cli`, which gives the same
-answer the same way, only slower.
+steps are already done. That answer comes from :mod:`retrysafe.donestep`, so
+it is given here without loading the command-line framework; everything else
+(and any doubt) goes to the full CLI in :mod:`retrysafe.cli`, whose ``step``
+command asks :mod:`retrysafe.donestep` first: one answer either way.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
 __all__ = ["main"]
 
-_VALUE_OPTIONS = {"--class", "--item", "--check", "--attempt"}
+#: the group's options that may come before ``step`` (each takes a value)
+_GLOBAL_OPTIONS = ("--home", "--config", "--ledger")
+#: the options of a plain command step; connector steps take the full CLI
+_STEP_OPTIONS = ("--class", "--item", "--check", "--attempt")
+
+
+def _options(tokens: list[str], known: tuple[str, ...]) -> dict[str, str] | None:
+    """``--opt VALUE`` / ``--opt=VALUE`` pairs, each known and given once; else ``None``."""
+    values: dict[str, str] = {}
+    i = 0
+    while i < len(tokens):
+        opt, eq, value = tokens[i].partition("=")
+        if not eq:
+            if i + 1 == len(tokens):
+                return None
+            i, value = i + 1, tokens[i + 1]
+        if opt not in known or opt in values:
+            return None
+        values[opt] = value
+        i += 1
+    return values
 
 
 def _done_step_evidence(argv: list[str]) -> str | None:
     """The evidence of a done command step named by ``argv``, or ``None`` to use the CLI.
 
-    Only the plain form qualifies: ``step NAME [--class C] [--item I] [--check S]
-    [--attempt ID] -- CMD...`` run inside a current attempt whose ledger URL is in
-    the environment. Connector steps (payload fingerprints) always take the CLI.
+    Only the plain form qualifies: ``[--home H] [--config F] [--ledger URL] step
+    NAME [--class C] [--item I] [--check S] [--attempt ID] -- CMD...``.
     """
-    if len(argv) < 4 or argv[0] != "step" or "--" not in argv:
+    if "step" not in argv or "--" not in argv:
         return None
-    sep = argv.index("--")
-    name, options = argv[1], argv[2:sep]
-    if name.startswith("-") or len(options) % 2:
+    at, sep = argv.index("step"), argv.index("--")
+    if not at < sep - 1 < len(argv) - 2:
+        return None  # no NAME before "--" or no CMD after it
+    flags = _options(argv[:at], _GLOBAL_OPTIONS)
+    name, values = argv[at + 1], _options(argv[at + 2:sep], _STEP_OPTIONS)
+    if flags is None or values is None or name.startswith("-") or "--class" not in values:
         return None
-    values = dict(zip(options[::2], options[1::2], strict=True))
-    if not set(values) <= _VALUE_OPTIONS or sep == len(argv) - 1:
-        return None
-    url = os.environ.get("RETRYSAFE_LEDGER")
-    attempt_id = values.get("--attempt") or os.environ.get("RETRYSAFE_ATTEMPT_ID")
-    if not url or not attempt_id or os.environ.get("RETRYSAFE_CRASH_AT"):
-        return None
-    from .keys import step_key
-    from .ledger import open_ledger
+    from .donestep import done_step_evidence
 
-    try:
-        with open_ledger(url, auto_migrate=False) as ledger:
-            attempt = ledger.attempt(attempt_id)
-            if attempt is None or attempt.state != "active":
-                return None
-            skey = step_key(attempt.outcome_key, name, values.get("--item"))
-            step = ledger.step(skey)
-            if step is None or step.state != "done" or step.kind != "effect":
-                return None
-            out = ledger.outcome(attempt.outcome_key)
-            if out is None or out.current_attempt != attempt.id:
-                return None
-    except Exception:  # noqa: BLE001 - any doubt: the full CLI decides and reports
-        return None
-    folder = os.environ.get("RETRYSAFE_ATTEMPT_DIR")
-    if folder and os.path.isdir(folder):
-        import time
-        from pathlib import Path
-
-        from .fsio import append_jsonl
-
-        append_jsonl(Path(folder) / "log.jsonl", {
-            "time": time.time(), "attempt_id": attempt.id, "step_key": skey,
-            "action": "check", "result": "skip", "evidence": step.evidence,
-        })
-    return step.evidence or ""
+    return done_step_evidence(
+        name, values["--class"], item=values.get("--item"), attempt_id=values.get("--attempt"),
+        home=flags.get("--home"), config=flags.get("--config"), ledger=flags.get("--ledger"),
+    )
 
 
 def main() -> None:

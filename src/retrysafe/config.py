@@ -1,27 +1,25 @@
 """The home folder, the config file and the jobs it declares.
 
-One precedence everywhere: command-line flag, then environment variable, then
-the config file, then the default. The home never depends on the working
-directory, so running from another ``cwd`` never means another ledger.
+Where the home, config file and ledger are is decided in :mod:`retrysafe.location`
+(flag, then environment, then the config file, then the default).
 """
 
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import envvars, keys
+from . import keys
 from .effects import EffectClass, Policy, parse_overrides
 from .errors import ConfigError, HomeNotWritable, InvalidParameter, UnknownJob
+from .location import CONFIG_NAME, config_file, ledger_settings, read_toml, resolve_home
 
 __all__ = ["CONFIG_NAME", "Config", "Job", "Settings", "load_config", "resolve_home"]
 
-CONFIG_NAME = "retrysafe.toml"
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_LEASE_SECONDS = 900
 _JOB_FIELDS = frozenset(
@@ -38,18 +36,6 @@ _JOB_FIELDS = frozenset(
         "description",
     }
 )
-
-
-def resolve_home(flag: str | os.PathLike[str] | None = None) -> Path:
-    """``--home``, then ``RETRYSAFE_HOME``, then the per-user state folder."""
-    if flag:
-        return Path(flag).expanduser().absolute()
-    env = os.environ.get(envvars.HOME)
-    if env:
-        return Path(env).expanduser().absolute()
-    import platformdirs  # only when no home is given
-
-    return Path(platformdirs.user_state_dir("retrysafe", appauthor=False))
 
 
 def ensure_home(home: Path) -> Path:
@@ -234,18 +220,6 @@ class Config:
             raise ConfigError(f"unknown connector {name!r} (declared: {known})") from None
 
 
-def read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        return {}
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config {path}: {exc}") from None
-    except OSError as exc:
-        raise ConfigError(f"config {path}: {exc.strerror or exc}") from None
-
-
 def load_config(
     home: str | os.PathLike[str] | None = None,
     config: str | os.PathLike[str] | None = None,
@@ -253,26 +227,11 @@ def load_config(
 ) -> Config:
     """Load the config with the documented precedence. A missing file means no jobs."""
     home_path = resolve_home(home)
-    config_flag = config or os.environ.get(envvars.CONFIG)
-    config_path = Path(config_flag).expanduser().absolute() if config_flag else home_path / CONFIG_NAME
+    config_path = config_file(home_path, config)
     raw = read_toml(config_path)
-    ledger_table = raw.get("ledger", {})
-    if not isinstance(ledger_table, Mapping):
-        raise ConfigError(f"config {config_path}: [ledger] must be a table")
-    url = ledger or os.environ.get(envvars.LEDGER) or ledger_table.get("url")
-    if url is not None and not isinstance(url, str):
-        raise ConfigError(f"config {config_path}: ledger.url must be a string")
-    sync = ledger_table.get("sqlite_synchronous", "full")
-    if sync not in ("full", "normal", "extra"):
-        raise ConfigError(
-            f"config {config_path}: ledger.sqlite_synchronous must be 'full', 'extra' or 'normal'"
-        )
-    settings = Settings(
-        home=home_path,
-        config_path=config_path,
-        ledger_url=url or f"sqlite:///{home_path / 'ledger.sqlite3'}",
-        sqlite_synchronous=sync,
-    )
+    url, sync = ledger_settings(raw, config_path, home_path, ledger)
+    settings = Settings(home=home_path, config_path=config_path, ledger_url=url,
+                        sqlite_synchronous=sync)
     jobs_table = raw.get("jobs", {})
     if not isinstance(jobs_table, Mapping):
         raise ConfigError(f"config {config_path}: [jobs] must hold tables")

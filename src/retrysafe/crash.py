@@ -21,11 +21,10 @@ __all__ = ["RUN_POINTS", "STEP_POINTS", "crash_point", "injector"]
 
 STEP_POINTS = ("before-intent", "after-intent", "after-execute", "after-record")
 RUN_POINTS = ("after-begin", "before-closeout")
-ENV = envvars.CRASH_AT
 
 
 def _targets() -> set[tuple[str, str]]:
-    raw = os.environ.get(ENV, "")
+    raw = os.environ.get(envvars.CRASH_AT, "")
     out: set[tuple[str, str]] = set()
     for part in raw.split(","):
         name, sep, point = part.strip().rpartition(":")
@@ -36,7 +35,7 @@ def _targets() -> set[tuple[str, str]]:
 
 def crash_point(step: str, point: str) -> None:
     """Die here with SIGKILL if ``RETRYSAFE_CRASH_AT`` names ``step:point``."""
-    if ENV not in os.environ:
+    if envvars.CRASH_AT not in os.environ:
         return
     targets = _targets()
     if (step, point) in targets or (("*", point) in targets and step != "run"):
@@ -53,4 +52,4 @@ def injector() -> Callable[[str, str], None]:
     A run takes this once when it starts, so the hot path of every step does
     not consult the environment.
     """
-    return crash_point if ENV in os.environ else _never
+    return crash_point if envvars.CRASH_AT in os.environ else _never

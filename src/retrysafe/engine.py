@@ -39,10 +39,7 @@ from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, open_le
 from .process import holder_gone, this_holder
 from .states import BlockCause, ClaimStatus, StepState
 
-__all__ = ["DRILL_ENV", "LEASE_FIELD", "Engine", "Start", "start", "unblock_hint"]
-
-DRILL_ENV = envvars.DRILL_TRIAL
-"""Set by ``retrysafe drill``: the trial id appended to the outcome key (``KEY~ID``)."""
+__all__ = ["LEASE_FIELD", "Engine", "Start", "start", "unblock_hint"]
 
 LEASE_FIELD = "agent_lease_seconds"
 """Context field of an attempt begun by an agent: the lease each later command renews."""

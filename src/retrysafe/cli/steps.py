@@ -11,12 +11,13 @@ from typing import Any
 
 import click
 
+from .. import envvars
 from ..attempt import Run
 from ..connectors import build_connector
 from ..connectors.base import ABSENT, Ambiguous, EffectFailed, Found, LookupResult
-from ..engine import DRILL_ENV
+from ..donestep import done_step_evidence
 from ..errors import EXIT_BUSY, InvalidInput
-from ..keys import check_name, parse_assignments
+from ..keys import check_name, parse_assignments, step_key
 from ._common import state
 
 
@@ -31,7 +32,7 @@ def shell_lookup(check: str, env: Mapping[str, str]) -> Any:
     def lookup(step_key: str) -> LookupResult:
         import subprocess
 
-        proc = subprocess.run(["/bin/sh", "-c", check], env={**env, "RETRYSAFE_STEP_KEY": step_key},
+        proc = subprocess.run(["/bin/sh", "-c", check], env={**env, envvars.STEP_KEY: step_key},
                               capture_output=True, text=True, check=False)
         if proc.returncode == 0:
             return Found(_last_line(proc.stdout) or "found by check")
@@ -51,7 +52,7 @@ def command_execute(cmd: tuple[str, ...], env: Mapping[str, str]) -> Any:
         import subprocess
 
         try:
-            proc = subprocess.run(list(cmd), env={**env, "RETRYSAFE_STEP_KEY": step_key},
+            proc = subprocess.run(list(cmd), env={**env, envvars.STEP_KEY: step_key},
                                   stdout=subprocess.PIPE, text=True, check=False)
         except FileNotFoundError:
             raise EffectFailed(f"command not found: {cmd[0]}") from None
@@ -68,8 +69,6 @@ def command_execute(cmd: tuple[str, ...], env: Mapping[str, str]) -> Any:
     return execute
 
 
-DRILL_FAIL_ENV = "RETRYSAFE_DRILL_FAIL"
-DRILL_CUT_ENV = "RETRYSAFE_DRILL_CUT"
 
 
 def drill_faults(name: str, execute: Any) -> Any:
@@ -81,16 +80,16 @@ def drill_faults(name: str, execute: Any) -> Any:
     effect (a permission error); ``RETRYSAFE_DRILL_CUT=STEP`` runs the effect
     and then loses the answer (a network cut), leaving the step ``unknown``.
     """
-    if not os.environ.get(DRILL_ENV):
+    if not os.environ.get(envvars.DRILL_TRIAL):
         return execute
-    if name in os.environ.get(DRILL_FAIL_ENV, "").split(","):
+    if name in os.environ.get(envvars.DRILL_FAIL, "").split(","):
         def refuse(step_key: str) -> str:
-            raise EffectFailed(f"drill: {name} refused ({DRILL_FAIL_ENV}); nothing happened")
+            raise EffectFailed(f"drill: {name} refused ({envvars.DRILL_FAIL}); nothing happened")
         return refuse
-    if name in os.environ.get(DRILL_CUT_ENV, "").split(","):
+    if name in os.environ.get(envvars.DRILL_CUT, "").split(","):
         def cut(step_key: str) -> str:
             execute(step_key)
-            raise ConnectionError(f"drill: the answer of {name} was lost ({DRILL_CUT_ENV})")
+            raise ConnectionError(f"drill: the answer of {name} was lost ({envvars.DRILL_CUT})")
         return cut
     return execute
 
@@ -150,6 +149,14 @@ def step(name: str, effect_class: str | None, item: str | None, check: str | Non
         raise InvalidInput("--class CLASS is required for a command step")
     if not connector and (payload_file or with_pairs):
         raise InvalidInput("--payload and --with need --connector")
+    if not connector:
+        assert effect_class is not None
+        opts = state()
+        done = done_step_evidence(name, effect_class, item=item, attempt_id=attempt_id,
+                                  home=opts.home, config=opts.config, ledger=opts.ledger)
+        if done is not None:  # the answer the console script gives (retrysafe._entry)
+            click.echo(done)
+            return
     engine = state().engine
     run: Run = engine.attach(attempt_id)
     env = {**os.environ, **run.env()}
@@ -196,8 +203,8 @@ def generate(name: str, output: str | None, validate: str | None, item: str | No
 
     def produce(out: Path) -> None:
         try:
-            proc = subprocess.run(list(cmd), env={**env, "RETRYSAFE_OUTPUT": str(out),
-                                                  "RETRYSAFE_STEP_KEY": f"{run.key}/{name}"},
+            proc = subprocess.run(list(cmd), env={**env, envvars.OUTPUT: str(out),
+                                                  envvars.STEP_KEY: step_key(run.key, name, item)},
                                   stdout=sys.stderr, check=False)
         except FileNotFoundError:
             raise EffectFailed(f"command not found: {cmd[0]}") from None
@@ -206,7 +213,7 @@ def generate(name: str, output: str | None, validate: str | None, item: str | No
 
     def check_valid(out: Path) -> bool:
         assert validate is not None
-        proc = subprocess.run(["/bin/sh", "-c", validate], env={**env, "RETRYSAFE_OUTPUT": str(out)},
+        proc = subprocess.run(["/bin/sh", "-c", validate], env={**env, envvars.OUTPUT: str(out)},
                               stdout=sys.stderr, check=False)
         return proc.returncode == 0
 

@@ -19,8 +19,6 @@ __all__ = ["CLEAN", "CLEAN_AGAIN", "POINT_SETS", "StepInfo", "TrialPlan", "all_t
            "learn_steps", "seed_trials"]
 
 POINT_SETS = ("all", "seed")
-FAIL_ENV = envvars.DRILL_FAIL
-CUT_ENV = envvars.DRILL_CUT
 
 
 @dataclass(frozen=True)
@@ -119,9 +117,9 @@ def seed_trials(steps: list[StepInfo]) -> list[TrialPlan]:
     for name in effects:
         trials.append(TrialPlan(
             name, "failed", f"{name} fails definitely (permission error), fixed, re-run",
-            fault="fail", env={FAIL_ENV: name}))
+            fault="fail", env={envvars.DRILL_FAIL: name}))
     for name in effects:
         trials.append(TrialPlan(
             name, "cut", f"network cut after {name} landed: the answer is lost",
-            fault="cut", env={CUT_ENV: name}))
+            fault="cut", env={envvars.DRILL_CUT: name}))
     return trials

@@ -13,18 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import envvars
-from ..crash import ENV as CRASH_ENV
 from ..engine import Engine
 from ..errors import RetrysafeError
 from ..keys import step_key
 from ..verify import verify_outcome
 from .count import CountError, EffectCounter
 from .launch import RunResult, launch_run
-from .plan import CUT_ENV, FAIL_ENV, StepInfo, TrialPlan
+from .plan import StepInfo, TrialPlan
 
 __all__ = ["TrialContext", "TrialResult", "run_trial", "settle_interrupted"]
 
-_FAULT_ENVS = (CRASH_ENV, FAIL_ENV, CUT_ENV)
+_FAULT_ENVS = (envvars.CRASH_AT, envvars.DRILL_FAIL, envvars.DRILL_CUT)
 
 
 @dataclass
@@ -93,7 +92,7 @@ class TrialContext:
 def _fault_env(plan: TrialPlan) -> dict[str, str]:
     env = dict(plan.env)
     if plan.crash:
-        env[CRASH_ENV] = plan.crash
+        env[envvars.CRASH_AT] = plan.crash
     return env
 
 

@@ -1,0 +1,80 @@
+"""Where the home, the config file and the ledger are: one precedence, one place.
+
+Command-line flag, then environment variable, then the config file, then the
+default. The home never depends on the working directory, so running from
+another ``cwd`` never means another ledger. :func:`retrysafe.config.load_config`
+and the done-step answer (:mod:`retrysafe.donestep`) both use this module, which
+stays cheap to import (no job parsing, no policy table).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from . import envvars
+from .errors import ConfigError
+
+__all__ = ["CONFIG_NAME", "SYNC_MODES", "config_file", "ledger_settings", "read_toml",
+           "resolve_home"]
+
+CONFIG_NAME = "retrysafe.toml"
+SYNC_MODES = ("full", "normal", "extra")
+
+
+def resolve_home(flag: str | os.PathLike[str] | None = None) -> Path:
+    """``--home``, then ``RETRYSAFE_HOME``, then the per-user state folder."""
+    if flag:
+        return Path(flag).expanduser().absolute()
+    env = os.environ.get(envvars.HOME)
+    if env:
+        return Path(env).expanduser().absolute()
+    import platformdirs  # only when no home is given
+
+    return Path(platformdirs.user_state_dir("retrysafe", appauthor=False))
+
+
+def config_file(home: Path, flag: str | os.PathLike[str] | None = None) -> Path:
+    """``--config``, then ``RETRYSAFE_CONFIG``, then ``HOME/retrysafe.toml``."""
+    given = flag or os.environ.get(envvars.CONFIG)
+    return Path(given).expanduser().absolute() if given else home / CONFIG_NAME
+
+
+def named_ledger(flag: str | None = None) -> str | None:
+    """The ledger URL named without the config file: ``--ledger``, then ``RETRYSAFE_LEDGER``."""
+    return flag or os.environ.get(envvars.LEDGER) or None
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The config file's tables; a missing file is an empty config."""
+    import tomllib
+
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config {path}: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"config {path}: {exc.strerror or exc}") from None
+
+
+def ledger_settings(raw: Mapping[str, Any], config_path: Path, home: Path,
+                    flag: str | None = None) -> tuple[str, str]:
+    """The ledger URL (flag, environment, ``[ledger] url``, the home's SQLite file)
+    and SQLite's ``synchronous`` mode."""
+    table = raw.get("ledger", {})
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"config {config_path}: [ledger] must be a table")
+    url = named_ledger(flag) or table.get("url")
+    if url is not None and not isinstance(url, str):
+        raise ConfigError(f"config {config_path}: ledger.url must be a string")
+    sync = table.get("sqlite_synchronous", "full")
+    if sync not in SYNC_MODES:
+        raise ConfigError(
+            f"config {config_path}: ledger.sqlite_synchronous must be 'full', 'extra' or 'normal'"
+        )
+    return url or f"sqlite:///{home / 'ledger.sqlite3'}", sync
