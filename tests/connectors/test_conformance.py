@@ -519,3 +519,16 @@ def test_verify_notices_when_the_target_changed(case: Case, key: str) -> None:
     case.change_target(key, payload)
     assert not conn.verify(key, evidence)
 
+
+# --- connectors on servers of their own: WordPress, Matrix (cases_servers.py) -----------------
+
+from cases_servers import synapse, synapse_server, with_server_cases, wordpress, wordpress_site  # noqa: E402, F401
+
+case = with_server_cases(case, CASES)
+
+
+# --- connectors on contract stand-ins: Slack, Discord, Telegram, Stripe, Sheets (cases_services.py)
+
+from cases_services import with_service_cases  # noqa: E402
+
+case = with_service_cases(case, CASES)

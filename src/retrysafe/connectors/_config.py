@@ -10,7 +10,7 @@ where a bad value is the caller's :class:`~retrysafe.errors.InvalidInput`.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..errors import ConfigError, InvalidInput, RetrysafeError
@@ -20,9 +20,12 @@ __all__ = [
     "env_secret",
     "integer",
     "number",
+    "one_of",
+    "optional_secret",
     "optional_str",
     "parse_bool",
     "reject_unknown",
+    "required_secret",
     "required_str",
     "string",
     "sub_table",
@@ -77,6 +80,14 @@ def string(where: str, table: Mapping[str, Any], key: str, default: str) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{where}: '{key}' must be a non-empty string")
     return value
+
+
+def one_of(where: str, table: Mapping[str, Any], key: str, choices: Sequence[str]) -> str:
+    """One of ``choices``; the first is the default."""
+    value = table.get(key, choices[0])
+    if value not in choices:
+        raise ConfigError(f"{where}: '{key}' must be one of {', '.join(choices)}, not {value!r}")
+    return str(value)
 
 
 def parse_bool(value: Any, what: str) -> bool:
@@ -146,3 +157,19 @@ def env_secret(where: str, variable: str, purpose: str = "", *, allow_empty: boo
         what = f"{variable} ({purpose})" if purpose else variable
         raise ConfigError(f"{where}: environment variable {what} is not set")
     return value
+
+
+def required_secret(where: str, table: Mapping[str, Any], key: str, purpose: str) -> str:
+    """The secret in the environment variable that ``key`` (``token_env``) names; both required."""
+    return env_secret(
+        where, required_str(where, table, key, f"the variable holding {purpose}"), purpose, allow_empty=False
+    )
+
+
+def optional_secret(where: str, table: Mapping[str, Any], key: str, purpose: str) -> str | None:
+    """The secret in the variable ``key`` names when ``key`` is given (else ``None``).
+
+    For connectors with two ways in (a bot token or a webhook URL): the caller
+    checks that exactly one was given."""
+    variable = optional_str(where, table, key)
+    return env_secret(where, variable, purpose, allow_empty=False) if variable else None

@@ -19,6 +19,13 @@ CONNECTOR_TYPES: dict[str, str] = {
     "csv": "retrysafe.connectors.table:CsvTableConnector",
     "sql": "retrysafe.connectors.table:SqlTableConnector",
     "file": "retrysafe.connectors.files:FileConnector",
+    "wordpress": "retrysafe.connectors.wordpress:WordPressConnector",
+    "matrix": "retrysafe.connectors.matrix:MatrixConnector",
+    "slack": "retrysafe.connectors.slack:SlackConnector",
+    "discord": "retrysafe.connectors.discord:DiscordConnector",
+    "telegram": "retrysafe.connectors.telegram:TelegramConnector",
+    "stripe": "retrysafe.connectors.stripe:StripeConnector",
+    "sheets": "retrysafe.connectors.sheets:SheetsConnector",
 }
 
 _NAMES = {target: name for name, target in CONNECTOR_TYPES.items()}

@@ -1,14 +1,18 @@
 """HTTP APIs and webhooks: one request per step key, with the key in a header.
 
-The step key travels as ``Idempotency-Key`` (name configurable). An API that
-honours the header turns a repeated request into the original resource; an
-API that offers a lookup by key (``lookup_url``) lets retrysafe look before
-sending again. Without either, retrysafe cannot know whether a lost answer
-means a lost request, so the lookup says so and a human decides.
+The step key travels as ``Idempotency-Key`` (name configurable), and where the
+config says so in the URL and the body (``{key}``). An API that honours the
+header turns a repeated request into the original resource; an API that offers
+a lookup by key (``lookup_url``, or a search with ``lookup_results``) lets
+retrysafe look before sending again. Without either, retrysafe cannot know
+whether a lost answer means a lost request, so the lookup says so and a human
+decides.
 
 Status handling: 2xx is done; 4xx is a definite failure (the server refused,
 nothing happened) except 408, 409, 425 and 429, which like 5xx, timeouts and
-dropped connections leave the step ``unknown`` for the lookup to settle.
+dropped connections leave the step ``unknown`` for the lookup to settle. A 2xx
+whose ``ok_field`` is not true, or whose ``error_field`` is set, is a refusal
+too (``{"ok": false, "error": "channel_not_found"}``).
 
 Example config::
 
@@ -28,13 +32,6 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from tenacity import (
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential,
-    wait_random,
-)
 
 from ..errors import ConfigError, ConnectorError, InvalidInput
 from ._config import (
@@ -42,20 +39,20 @@ from ._config import (
     env_secret,
     integer,
     number,
+    one_of,
     optional_str,
     reject_unknown,
     required_str,
     string,
     sub_table,
 )
+from ._web import JsonApi, check_url, dig, excerpt, header_value, one_match
 from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult, Payload
 
 __all__ = ["HttpConnector", "header_value"]
 
-# 4xx answers that do not prove the request was refused: the server may still
-# be working on it (409: the key is in use), or asks to come back later.
-_UNCLEAR_4XX = frozenset({408, 409, 425, 429})
 _METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE", "GET"})
+_FORMATS = ("json", "form")
 _FIELDS = frozenset(
     {
         "type",
@@ -63,11 +60,16 @@ _FIELDS = frozenset(
         "method",
         "headers",
         "body",
+        "body_format",
         "idempotency_header",
         "idempotent",
         "evidence_field",
         "evidence_header",
+        "done_without_id",
+        "ok_field",
+        "error_field",
         "lookup_url",
+        "lookup_results",
         "lookup_evidence_field",
         "token_env",
         "auth_header",
@@ -80,47 +82,23 @@ _FIELDS = frozenset(
 )
 
 
-class _Transient(Exception):
-    """A lookup answer worth asking again (5xx, 429, no answer)."""
+def _with_key(value: Any, step_key: str) -> Any:
+    """``{key}`` in the strings of a config ``body`` becomes the step key."""
+    if isinstance(value, str):
+        return value.replace("{key}", step_key)
+    if isinstance(value, Mapping):
+        return {k: _with_key(v, step_key) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_key(v, step_key) for v in value]
+    return value
 
 
-def _check_url(template: str, what: str) -> str:
-    probe = template.replace("{key}", "k")
-    try:
-        url = httpx.URL(probe)
-    except (httpx.InvalidURL, TypeError) as exc:
-        raise ConfigError(f"{what} {template!r} is not a valid URL: {exc}") from None
-    if url.scheme not in ("http", "https") or not url.host:
-        raise ConfigError(f"{what} {template!r} must be an http:// or https:// URL with a host")
-    return template
-
-
-def _dig(data: Any, path: str) -> Any:
-    """``data.id`` style access into decoded JSON; ``None`` when any step is missing."""
-    for part in path.split("."):
-        if isinstance(data, Mapping) and part in data:
-            data = data[part]
-        elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
-            data = data[int(part)]
-        else:
-            return None
-    return data
-
-
-def header_value(step_key: str) -> str:
-    """The step key as a header value: itself when printable ASCII, else %-encoded UTF-8.
-
-    HTTP header values are bytes in practice limited to ASCII; encoding only
-    the rare non-ASCII key keeps ordinary keys readable in the provider's logs.
-    """
-    if step_key.isascii() and step_key.isprintable():
-        return step_key
-    return quote(step_key, safe="".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%"))
-
-
-def _excerpt(resp: httpx.Response) -> str:
-    text = " ".join(resp.text.split())
-    return text[:200] + ("..." if len(text) > 200 else "")
+def _form_value(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise TypeError(f"field {name!r} is {type(value).__name__}; a form body takes only text and numbers")
 
 
 class HttpConnector(ConnectorBase):
@@ -134,11 +112,16 @@ class HttpConnector(ConnectorBase):
         method: str = "POST",
         headers: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
+        body_format: str = "json",
         idempotency_header: str = "Idempotency-Key",
         idempotent: bool = False,
         evidence_field: str = "id",
         evidence_header: str | None = None,
+        done_without_id: bool = False,
+        ok_field: str | None = None,
+        error_field: str | None = None,
         lookup_url: str | None = None,
+        lookup_results: str | None = None,
         lookup_evidence_field: str | None = None,
         token: str | None = None,
         auth_header: str = "Authorization",
@@ -149,17 +132,28 @@ class HttpConnector(ConnectorBase):
         effect_class: str = "publish",
     ) -> None:
         self.name = name
-        self.url = _check_url(url, f"connector {name!r}: url")
+        self.url = check_url(url, f"connector {name!r}: url")
         self.method = method.upper()
         if self.method not in _METHODS:
             raise ConfigError(f"connector {name!r}: method {method!r} is not one of {sorted(_METHODS)}")
+        if body_format not in _FORMATS:
+            raise ConfigError(
+                f"connector {name!r}: body_format {body_format!r} is not one of {list(_FORMATS)}"
+            )
+        if lookup_results is not None and lookup_url is None:
+            raise ConfigError(f"connector {name!r}: lookup_results needs a lookup_url (the search)")
         self.headers = dict(headers or {})
         self.body = dict(body or {})
+        self.body_format = body_format
         self.idempotency_header = idempotency_header
         self.idempotent = idempotent
         self.evidence_field = evidence_field
         self.evidence_header = evidence_header
-        self.lookup_url = _check_url(lookup_url, f"connector {name!r}: lookup_url") if lookup_url else None
+        self.done_without_id = done_without_id
+        self.ok_field = ok_field
+        self.error_field = error_field
+        self.lookup_url = check_url(lookup_url, f"connector {name!r}: lookup_url") if lookup_url else None
+        self.lookup_results = lookup_results
         self.lookup_evidence_field = lookup_evidence_field or evidence_field
         self._token = token
         self.auth_header = auth_header
@@ -191,11 +185,16 @@ class HttpConnector(ConnectorBase):
             method=string(where, table, "method", "POST"),
             headers={str(k): str(v) for k, v in headers.items()},
             body=sub_table(where, table, "body"),
+            body_format=one_of(where, table, "body_format", _FORMATS),
             idempotency_header="Idempotency-Key" if key_header is None else key_header,
             idempotent=config_bool(where, table, "idempotent"),
             evidence_field=string(where, table, "evidence_field", "id"),
             evidence_header=optional_str(where, table, "evidence_header"),
+            done_without_id=config_bool(where, table, "done_without_id"),
+            ok_field=optional_str(where, table, "ok_field") or None,
+            error_field=optional_str(where, table, "error_field") or None,
             lookup_url=optional_str(where, table, "lookup_url"),
+            lookup_results=optional_str(where, table, "lookup_results") or None,
             lookup_evidence_field=optional_str(where, table, "lookup_evidence_field"),
             token=token,
             auth_header=string(where, table, "auth_header", "Authorization"),
@@ -221,42 +220,69 @@ class HttpConnector(ConnectorBase):
             headers[self.auth_header] = scheme + self._token
         return headers
 
-    def _client(self) -> httpx.Client:
-        return httpx.Client(timeout=self.timeout, follow_redirects=False)
+    def _api(self) -> JsonApi:
+        return JsonApi(
+            "",
+            self._headers(None),
+            timeout=self.timeout,
+            read_attempts=self.lookup_attempts,
+            read_max_wait=self.lookup_max_wait,
+        )
+
+    def _request_body(self, step_key: str, payload: Payload) -> dict[str, Any]:
+        """What goes on the wire: ``json=`` or ``data=`` for httpx (nothing for GET)."""
+        body = {**_with_key(self.body, step_key), **payload}
+        if self.method == "GET":
+            return {}
+        if self.body_format == "form":
+            return {"data": {k: _form_value(k, v) for k, v in body.items()}}
+        return {"json": body}
 
     def validate(self, payload: Payload) -> None:
         """Check a payload without changing anything; raises :class:`InvalidInput`.
 
         Lets the engine reject bad input before it records any intent.
         """
+        body = {**self.body, **payload}
         try:
-            json.dumps({**self.body, **payload})
+            json.dumps(body)
         except (TypeError, ValueError) as exc:
             raise InvalidInput(f"connector {self.name!r}: payload is not JSON-serialisable: {exc}") from None
+        if self.body_format == "form":
+            try:
+                for k, v in body.items():
+                    _form_value(k, v)
+            except TypeError as exc:
+                raise InvalidInput(
+                    f"connector {self.name!r}: payload cannot be sent as a form: {exc}"
+                ) from None
 
     def execute(self, step_key: str, payload: Payload) -> str:
         url = self._url(self.url, step_key)
-        body = {**self.body, **payload}
-        request_json = body if self.method != "GET" else None
-        try:
-            with self._client() as client:
-                resp = client.request(self.method, url, json=request_json, headers=self._headers(step_key))
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            # No connection was made, so no request was sent.
-            raise EffectFailed(f"cannot reach {httpx.URL(url).host}: {exc}; nothing was sent") from exc
-        except httpx.HTTPError as exc:
-            raise ConnectorError(
-                f"{self.method} {url} got no answer ({type(exc).__name__}); the request may have been applied"
-            ) from exc
-        status = resp.status_code
-        if 200 <= status < 300:
-            return self._evidence(resp, url)
-        if 400 <= status < 500 and status not in _UNCLEAR_4XX:
-            raise EffectFailed(f"{self.method} {url} was refused with {status}: {_excerpt(resp)}")
-        raise ConnectorError(
-            f"{self.method} {url} answered {status}; the request may have been applied "
-            f"(lookup decides): {_excerpt(resp)}"
+        resp = self._api().effect(
+            self.method, url, headers=self._headers(step_key), **self._request_body(step_key, payload)
         )
+        self._check_ok(resp, url)
+        return self._evidence(resp, url)
+
+    def _answer_error(self, resp: httpx.Response) -> str | None:
+        """What a 2xx answer says went wrong (``ok_field`` not true, ``error_field`` set), if anything."""
+        if self.ok_field is None and self.error_field is None:
+            return None
+        data = JsonApi.json(resp)
+        error = dig(data, self.error_field) if self.error_field else None
+        if error not in (None, "", False):
+            return f"{self.error_field} = {json.dumps(error)}"
+        if self.ok_field and dig(data, self.ok_field) is not True:
+            return f"{self.ok_field} is not true"
+        return None
+
+    def _check_ok(self, resp: httpx.Response, url: str) -> None:
+        error = self._answer_error(resp)
+        if error is not None:
+            raise EffectFailed(
+                f"{self.method} {url} answered {resp.status_code} with an error ({error}): {excerpt(resp)}"
+            )
 
     def _evidence(self, resp: httpx.Response, url: str) -> str:
         if self.evidence_header:
@@ -265,29 +291,22 @@ class HttpConnector(ConnectorBase):
                 return str(header)
             missing = f"header {self.evidence_header!r}"
         else:
-            try:
-                value = _dig(resp.json(), self.evidence_field)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                value = None
+            value = dig(JsonApi.json(resp), self.evidence_field)
             if value is not None and value != "":
                 return str(value)
             missing = f"JSON field {self.evidence_field!r}"
+        if self.done_without_id:
+            # Declared: this endpoint answers nothing to find it by (a webhook).
+            lookup = "" if self.lookup_url else "; no lookup possible"
+            return f"{resp.status_code} from {httpx.URL(url).host} (no id in the answer{lookup})"
         # The request succeeded but left no evidence: the lookup must find it.
         raise ConnectorError(f"{url} answered {resp.status_code} without the {missing}")
 
     # --- lookup -------------------------------------------------------------
 
-    def _lookup_once(self, client: httpx.Client, url: str) -> httpx.Response:
-        try:
-            resp = client.get(url, headers=self._headers(None))
-        except httpx.HTTPError as exc:
-            raise _Transient(f"no answer ({type(exc).__name__})") from exc
-        if resp.status_code >= 500 or resp.status_code in _UNCLEAR_4XX:
-            raise _Transient(f"answered {resp.status_code}")
-        return resp
-
     def lookup(self, step_key: str, payload: Payload) -> LookupResult:
-        """GET ``lookup_url``: 200 is Found, 404 Absent; transient answers are retried."""
+        """GET ``lookup_url``: 200 is Found, 404 Absent (a search: 0, 1 or more results);
+        transient answers are retried."""
         if self.lookup_url is None:
             if self.idempotent:
                 # The API dedups on the key: sending again returns the original.
@@ -298,28 +317,16 @@ class HttpConnector(ConnectorBase):
                 f"{self.idempotency_header} {step_key!r} created something"
             )
         url = self._url(self.lookup_url, step_key)
-        retrying = Retrying(
-            stop=stop_after_attempt(self.lookup_attempts),
-            # Exponential from 0.1 s up to lookup_max_wait, plus up to 0.1 s of
-            # jitter so many waiting jobs do not knock in step.
-            wait=wait_exponential(multiplier=0.1, max=self.lookup_max_wait)
-            + wait_random(0, min(0.1, self.lookup_max_wait)),
-            retry=retry_if_exception_type(_Transient),
-            reraise=True,
-        )
-        try:
-            with self._client() as client:
-                resp = retrying(self._lookup_once, client, url)
-        except _Transient as exc:
-            # Cannot tell now; the step stays unknown and a later run looks again.
-            raise ConnectorError(f"lookup GET {url} {exc} after {self.lookup_attempts} tries") from exc
-        if resp.status_code == 404:
+        resp = self._api().read(url)
+        if resp.status_code == 404 and self.lookup_results is None:
             return ABSENT
         if resp.status_code == 200:
-            try:
-                value = _dig(resp.json(), self.lookup_evidence_field)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                value = None
+            error = self._answer_error(resp)
+            if error is not None:
+                return Ambiguous(f"lookup GET {url} answered 200 with an error ({error}): {excerpt(resp)}")
+            if self.lookup_results is not None:
+                return self._search_result(resp, url)
+            value = dig(JsonApi.json(resp), self.lookup_evidence_field)
             if value is not None and value != "":
                 return Found(str(value))
             return Ambiguous(
@@ -327,6 +334,39 @@ class HttpConnector(ConnectorBase):
                 f"{self.lookup_evidence_field!r}; open it and check what it found"
             )
         return Ambiguous(
-            f"lookup GET {url} answered {resp.status_code} ({_excerpt(resp)}); "
+            f"lookup GET {url} answered {resp.status_code} ({excerpt(resp)}); "
             f"check by hand whether {step_key!r} was sent"
         )
+
+    def _search_result(self, resp: httpx.Response, url: str) -> LookupResult:
+        """A search answer: the list at ``lookup_results``; 0 absent, 1 found, more ambiguous."""
+        assert self.lookup_results is not None
+        results = dig(JsonApi.json(resp), self.lookup_results)
+        if not isinstance(results, list):
+            return Ambiguous(
+                f"lookup GET {url} answered 200 without a list at {self.lookup_results!r}; "
+                "open it and check what it found"
+            )
+        found = [dig(item, self.lookup_evidence_field) for item in results]
+        if any(value is None or value == "" for value in found):
+            return Ambiguous(
+                f"lookup GET {url} found results without the JSON field "
+                f"{self.lookup_evidence_field!r}; open it and check what it found"
+            )
+        return one_match([str(value) for value in found], searched=f"the search GET {url}")
+
+    def verify(self, step_key: str, evidence: str) -> bool:
+        """A fresh lookup finds the evidence; a declared id-less send without lookup
+        has nothing to re-check and holds by its recorded answer."""
+        if self.lookup_url is None and self.done_without_id and evidence.endswith("no lookup possible)"):
+            return True
+        return super().verify(step_key, evidence)
+
+    def count(self, step_key: str) -> int:
+        """How many effects a search finds (0 or 1 for a by-key lookup)."""
+        if self.lookup_url is not None and self.lookup_results is not None:
+            results = dig(
+                JsonApi.json(self._api().read(self._url(self.lookup_url, step_key))), self.lookup_results
+            )
+            return len(results) if isinstance(results, list) else 0
+        return super().count(step_key)
