@@ -97,7 +97,7 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(gone=st.booleans())
     def claim(self, gone: bool) -> None:
         c = self.ledger.claim(KEY, job="job", params={}, holder=Holder("h", 1), lease_seconds=3600,
-                              max_attempts=4, holder_gone=lambda _h: gone)
+                              max_attempts=4, liveness=lambda _a, _r: (False, "holder process is gone") if gone else (None, ""))
         if c.status == "started":
             assert c.attempt is not None
             assert c.attempt.fence > self.max_fence

@@ -138,11 +138,13 @@ class Run:
 
     def env(self) -> dict[str, str]:
         """The environment a command of this attempt gets."""
+        from .ledger import child_env  # the ledger URL without its password, PGPASSWORD
+
         attempt = self._attempt()
         return {
             envvars.HOME: str(self.settings.home),
             envvars.CONFIG: str(self.settings.config_path),
-            envvars.LEDGER: self.settings.ledger_url,
+            **child_env(self.settings.ledger_url),
             envvars.JOB: self.job.name,
             envvars.OUTCOME_KEY: self.key,
             envvars.ATTEMPT: str(attempt.number),

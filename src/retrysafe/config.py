@@ -34,14 +34,24 @@ _JOB_FIELDS = frozenset(
         "schedule",
         "tz",
         "description",
+        "step_timeout",
+        "check_timeout",
     }
 )
 
 
 def ensure_home(home: Path) -> Path:
-    """Create the home (and ``runs/``) or fail with one clear line."""
+    """Create the home (and ``runs/``) or fail with one clear line.
+
+    A new home and its ``runs/`` are private (``0700``, less what the umask
+    takes away); an existing home keeps its mode. The home may be a symbolic
+    link; ``runs/`` may not (:class:`~retrysafe.errors.UnsafePath`).
+    """
+    from .fsio import FOLDER_MODE, private_dirs
+
     try:
-        (home / "runs").mkdir(parents=True, exist_ok=True)
+        home.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
+        private_dirs(home, ("runs",))
     except OSError as exc:
         where = exc.filename or home / "runs"
         raise HomeNotWritable(f"home {home} cannot be created ({where}: {exc.strerror or exc})") from None
@@ -65,6 +75,10 @@ class Job:
     schedule: str | None = None
     tz: str | None = None
     description: str = ""
+    step_timeout: float | None = None
+    """seconds a step's (or generator's) command may run before its process group is killed"""
+    check_timeout: float | None = None
+    """seconds a step's ``--check`` (or ``--validate``) command may run"""
 
     def resolve_params(
         self, given: Mapping[str, str], now: datetime | None = None
@@ -143,6 +157,14 @@ def parse_job(name: str, table: Mapping[str, Any]) -> Job:
             raise ConfigError(f"job {name!r}: {fname!r} must be a positive integer")
         return value
 
+    def seconds(fname: str) -> float | None:
+        value = table.get(fname)
+        if value is None:
+            return None
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < 1e9:
+            raise ConfigError(f"job {name!r}: {fname!r} must be a positive number of seconds")
+        return float(value)
+
     def str_list(fname: str) -> tuple[str, ...]:
         value = table.get(fname, [])
         if isinstance(value, str):
@@ -178,6 +200,8 @@ def parse_job(name: str, table: Mapping[str, Any]) -> Job:
         schedule=schedule,
         tz=tz,
         description=str(table.get("description") or ""),
+        step_timeout=seconds("step_timeout"),
+        check_timeout=seconds("check_timeout"),
     )
 
 

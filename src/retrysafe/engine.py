@@ -36,7 +36,7 @@ from .errors import (
 )
 from .keys import check_key, check_name, step_ref
 from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, open_ledger
-from .process import holder_gone, this_holder
+from .process import attempt_liveness, this_holder
 from .states import BlockCause, ClaimStatus, StepState
 
 __all__ = ["LEASE_FIELD", "Engine", "Start", "start", "unblock_hint"]
@@ -68,7 +68,7 @@ class Start:
             if holder is None:
                 return Busy.held(self.key, self.outcome.state, None)
             return Busy.held(self.key, self.outcome.state, holder.number, holder.holder.pid,
-                             holder.holder.host, holder.lease_expires)
+                             holder.holder.host, holder.lease_expires, running=self.reason)
         if self.status is ClaimStatus.BLOCKED:
             if self.outcome.cause == BlockCause.EXHAUSTED:
                 return AttemptsExhausted(self.key, self.reason)
@@ -116,6 +116,18 @@ class Engine:
             self._ledger = open_ledger(
                 self.config.settings.ledger_url,
                 sqlite_synchronous=self.config.settings.sqlite_synchronous,
+            )
+        return self._ledger
+
+    def existing_ledger(self) -> Ledger:
+        """The ledger, opened only if it exists (a SQLite file that is not there is
+        refused, exit 2): reading and deciding commands never create a home or a
+        ledger. Later uses of :attr:`ledger` get the same one."""
+        if self._ledger is None:
+            self._ledger = open_ledger(
+                self.config.settings.ledger_url,
+                sqlite_synchronous=self.config.settings.sqlite_synchronous,
+                must_exist=True,
             )
         return self._ledger
 
@@ -174,7 +186,7 @@ class Engine:
             holder=holder or this_holder(),
             lease_seconds=lease_seconds or spec.lease_seconds,
             max_attempts=spec.max_attempts,
-            holder_gone=holder_gone,
+            liveness=attempt_liveness,
             context=context,
         )
         run = None
@@ -208,7 +220,9 @@ class Engine:
                 key=record.outcome_key,
             )
         out = self.ledger.require_outcome(record.outcome_key)
-        return self.run_for(self.config.job(out.job), record, out)
+        run = self.run_for(self.config.job(out.job), record, out)
+        run.folder.open_log()  # a planted link is refused before any step records anything
+        return run
 
     def resume(self, key: str, attempt_id: str | None) -> Run:
         """An agent's attempt at ``key``, its lease renewed: the agent is alive.

@@ -42,6 +42,7 @@ __all__ = [
     "UnknownJob",
     "UnknownOutcome",
     "UnknownStep",
+    "UnsafePath",
     "command_line",
     "unblock_command",
 ]
@@ -118,6 +119,11 @@ class HomeNotWritable(InvalidInput):
     """The home folder cannot be created or written."""
 
 
+class UnsafePath(InvalidInput):
+    """A folder or file below the home is a symbolic link (or not a folder where
+    one belongs): refused, never written through."""
+
+
 class PayloadMismatch(InvalidInput):
     """A step key is reused with a payload different from the recorded one."""
 
@@ -155,13 +161,18 @@ class Busy(RetrysafeError):
 
     @classmethod
     def held(cls, key: str, state: str, number: int | None, pid: int | None = None,
-             host: str | None = None, lease_expires: float | None = None) -> Busy:
-        """``key`` is held by attempt ``number`` (``pid`` on ``host`` until ``lease_expires``)."""
+             host: str | None = None, lease_expires: float | None = None,
+             running: str = "") -> Busy:
+        """``key`` is held by attempt ``number`` (``pid`` on ``host`` until
+        ``lease_expires``); ``running``: what of it still runs on this host."""
         from .timefmt import when
 
         who = f"attempt {number}" if number is not None else "another attempt"
         if number is not None and host is not None:
             who += f" (pid {pid} on {host}, lease until {when(lease_expires)})"
+        if running:
+            return cls(f"{key} is held by {who}, {running}; try later, or if it is stuck, "
+                       f"'{command_line('break-lease', key)}'", key=key, state=state)
         return cls(f"{key} is held by {who}; try later", key=key, state=state)
 
 

@@ -4,6 +4,11 @@ Each attempt writes only inside its own folder (``status.json``, ``log.jsonl``,
 artifacts); the outcome folder's ``summary.json`` points at the accepted
 attempt. The ledger is the source of truth; these files are what a person
 opens first.
+
+Nothing below the home is followed through a symbolic link: the folders are
+checked once (made ``0700`` when created), the log is opened without
+following a link, and ``status.json``/``summary.json`` refuse one
+(:class:`~retrysafe.errors.UnsafePath`, exit 2).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import HomeNotWritable
-from .fsio import JsonlAppender, atomic_write_json, json_members, json_string
+from .fsio import JsonlAppender, atomic_write_json, json_members, json_string, private_dirs
 from .keys import check_name, slug
 
 __all__ = ["AttemptFolder", "outcome_dir"]
@@ -37,16 +42,28 @@ class AttemptFolder:
         self.job = job
         self.number = number
         self._log = JsonlAppender(self.path / "log.jsonl")
+        self._base = self.outcome_dir.parent.parent.parent  # the home, as given
+        self._parts = ("runs", self.outcome_dir.parent.name, self.outcome_dir.name, self.path.name)
+        self._checked = 0  # how many of _parts are known to be real folders
 
     def create(self) -> None:
+        """Make the attempt folder (and those above it, ``0700``), refusing links."""
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            private_dirs(self._base, self._parts)
         except OSError as exc:
             raise HomeNotWritable(f"attempt folder {self.path} cannot be created: "
                                   f"{exc.strerror or exc}") from None
+        self._checked = len(self._parts)
+
+    def _check(self, depth: int) -> None:
+        """Once per folder object: the first ``depth`` folders are real, not links."""
+        if self._checked < depth:
+            private_dirs(self._base, self._parts[:depth], create=False)
+            self._checked = depth
 
     def write_status(self, attempt_id: str, state: str, **extra: Any) -> None:
-        atomic_write_json(self.path / "status.json", {
+        self._check(4)
+        atomic_write_json(self.path / "status.json", refuse_link=True, obj={
             "outcome_key": self.key,
             "job": self.job,
             "attempt": self.number,
@@ -67,7 +84,15 @@ class AttemptFolder:
                    f'"result": {json_string(result)}')
         if extra:
             members += ", " + json_members(extra)
+        if self._checked < 4:
+            self._check(4)
         self._log.append_members(members, sync=sync)
+
+    def open_log(self) -> None:
+        """Open the log now (checking the folders, refusing a link), so that a
+        caller can be refused before it records anything."""
+        self._check(4)
+        self._log.open()
 
     def close(self) -> None:
         """Close the log (the next :meth:`log` opens it again)."""
@@ -75,7 +100,8 @@ class AttemptFolder:
 
     def write_summary(self, state: str, accepted: str | None, reason: str,
                       steps: Mapping[str, Any]) -> None:
-        atomic_write_json(self.outcome_dir / "summary.json", {
+        self._check(3)
+        atomic_write_json(self.outcome_dir / "summary.json", refuse_link=True, obj={
             "outcome_key": self.key,
             "job": self.job,
             "state": state,

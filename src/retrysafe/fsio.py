@@ -7,18 +7,30 @@ Log lines are appended with one ``write`` on an ``O_APPEND`` descriptor; they
 are fsynced together by the close-out line (``sync=True``), not one by one: the
 ledger's history is the durable record of every transition, the log is its
 readable companion; a crash can cut only its last line short.
+
+Modes: a new file is private (``0600``, less what the umask takes away), a new
+folder ``0700`` likewise; a file that is rewritten keeps its mode (and its
+owner, where the process may set it). Links: :func:`private_dirs` walks folders
+without following symbolic links, and the writes that must not follow one
+(``atomic_write(refuse_link=True)``, the log) refuse it with :class:`~retrysafe.errors.UnsafePath`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
-from collections.abc import Callable, Mapping
+import stat
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from .errors import UnsafePath
+
 __all__ = [
+    "FILE_MODE",
+    "FOLDER_MODE",
     "JsonlAppender",
     "append_jsonl",
     "atomic_copy",
@@ -28,8 +40,82 @@ __all__ = [
     "fsync_dir",
     "json_members",
     "json_string",
+    "lstat_no_link",
+    "private_dirs",
     "sha256_file",
 ]
+
+FILE_MODE = 0o600
+"""A new file's mode (the umask may take more away)."""
+FOLDER_MODE = 0o700
+"""A new folder's mode (the umask may take more away)."""
+
+# O_PATH where there is one: a folder is walked through, not read (no read permission needed)
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _unsafe(path: Path) -> UnsafePath:
+    """The error for ``path``, which is a link or not what it should be."""
+    try:
+        link = stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        link = False
+    what = "a symbolic link" if link else "not a folder"
+    return UnsafePath(f"{path} is {what}; retrysafe does not follow links below its home: "
+                      "remove it (or move what it points to in its place)")
+
+
+def lstat_no_link(path: Path) -> os.stat_result | None:
+    """``path``'s own status (``None``: it does not exist); a symbolic link is refused."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        raise _unsafe(path)
+    return st
+
+
+def private_dirs(base: Path, parts: Sequence[str], *, create: bool = True) -> Path:
+    """``base/parts[0]/parts[1]/...``, each part a real folder, never a link.
+
+    ``base`` (the home) may itself be a link; below it a planted link (or a
+    file where a folder belongs) is refused with
+    :class:`~retrysafe.errors.UnsafePath` instead of followed. With ``create``
+    each folder is opened relative to its parent without following links, and
+    missing ones are made ``0700`` (less the umask); without it they are only
+    checked (a missing one raises ``FileNotFoundError``).
+    """
+    path = base
+    if not create:
+        for part in parts:
+            path = path / part
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                raise _unsafe(path)
+        return path
+    fd = os.open(base, _DIR_FLAGS)
+    try:
+        for part in parts:
+            path = path / part
+            try:
+                try:
+                    child = os.open(part, _DIR_FLAGS | _NOFOLLOW, dir_fd=fd)
+                except FileNotFoundError:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, FOLDER_MODE, dir_fd=fd)
+                    child = os.open(part, _DIR_FLAGS | _NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+                    raise _unsafe(path) from None
+                exc.filename = str(path)
+                raise
+            os.close(fd)
+            fd = child
+    finally:
+        os.close(fd)
+    return path
 
 
 def fsync_dir(path: Path) -> None:
@@ -41,23 +127,38 @@ def fsync_dir(path: Path) -> None:
 
 
 def atomic_write(target: Path, fill: Callable[[BinaryIO], object], *, exclusive: bool = False,
-                 mode: int | None = None) -> None:
+                 mode: int | None = None, refuse_link: bool = False) -> None:
     """Write ``target`` through a temporary file in its folder: the whole file or nothing.
 
     ``fill(fh)`` writes the content into the open binary temporary file. With
     ``exclusive`` the final name is created with ``link``, which fails when the
     target appeared meanwhile, so two writers cannot both win.
+
+    ``mode``: the file's mode; by default a file that exists keeps its mode
+    and (where this process may set it) its owner, and a new one is ``0600``
+    less the umask. With ``refuse_link`` a symbolic link at ``target`` is
+    refused (:class:`~retrysafe.errors.UnsafePath`); otherwise it is replaced
+    by the file, as ``rename`` does, and its target keeps its content.
     """
     import tempfile  # imported here: most commands never write a whole file
 
+    keep: os.stat_result | None = None
+    if refuse_link:
+        keep = lstat_no_link(target)
+    elif mode is None:
+        with contextlib.suppress(OSError):
+            keep = os.stat(target)
+    # mkstemp creates the file 0600 less the umask: a new file's mode
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
+            if mode is not None:
+                os.fchmod(fh.fileno(), mode)
+            elif keep is not None and stat.S_ISREG(keep.st_mode):
+                _keep_owner_and_mode(fh.fileno(), keep)
             fill(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
         if exclusive:
             os.link(tmp, target)
             os.unlink(tmp)
@@ -70,13 +171,28 @@ def atomic_write(target: Path, fill: Callable[[BinaryIO], object], *, exclusive:
     fsync_dir(target.parent)
 
 
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
-    atomic_write(path, lambda fh: fh.write(data), mode=mode)
+def _keep_owner_and_mode(fd: int, old: os.stat_result) -> None:
+    """Give the new file ``old``'s owner (where permitted) and mode."""
+    mine = os.fstat(fd)
+    if (mine.st_uid, mine.st_gid) != (old.st_uid, old.st_gid):
+        # root may keep both; an owner may keep a group it belongs to; else the
+        # file becomes ours, with the mode below
+        try:
+            os.fchown(fd, old.st_uid, old.st_gid)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.fchown(fd, -1, old.st_gid)
+    os.fchmod(fd, stat.S_IMODE(old.st_mode))
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
+def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None, *,
+                       refuse_link: bool = False) -> None:
+    atomic_write(path, lambda fh: fh.write(data), mode=mode, refuse_link=refuse_link)
+
+
+def atomic_write_json(path: Path, obj: Any, *, refuse_link: bool = False) -> None:
     data = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    atomic_write_bytes(path, data.encode("utf-8"))
+    atomic_write_bytes(path, data.encode("utf-8"), refuse_link=refuse_link)
 
 
 def atomic_copy(src: Path, dst: Path) -> None:
@@ -142,10 +258,23 @@ class JsonlAppender:
         """Append the line ``{members}``; ``members`` is JSON object members."""
         fh = self._fh
         if fh is None:
-            fh = self._fh = open(self.path, "ab", buffering=0)  # noqa: SIM115 - kept open
+            fh = self.open()
         fh.write(f"{{{members}}}\n".encode())
         if sync:
             os.fsync(fh.fileno())
+
+    def open(self) -> BinaryIO:
+        """Open the file (once: it stays open until :meth:`close`), never through
+        a symbolic link; a new file is ``0600`` less the umask."""
+        if self._fh is None:
+            try:
+                fd = os.open(self.path, _LOG_FLAGS, FILE_MODE)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise _unsafe(self.path) from None
+                raise
+            self._fh = os.fdopen(fd, "ab", buffering=0)
+        return self._fh
 
     def close(self) -> None:
         if self._fh is not None:

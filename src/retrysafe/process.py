@@ -6,9 +6,9 @@ import functools
 import os
 from pathlib import Path
 
-from .ledger.records import Holder
+from .ledger.records import AttemptRecord, Holder
 
-__all__ = ["holder_gone", "this_holder"]
+__all__ = ["attempt_liveness", "holder_gone", "this_holder"]
 
 
 @functools.cache
@@ -76,3 +76,56 @@ def holder_gone(holder: Holder) -> bool:
     if now == "dead":
         return True
     return bool(holder.started and now and now != holder.started)
+
+
+def _carriers(attempt_id: str) -> list[int]:
+    """Processes on this host that carry the attempt in their environment: the
+    command ``retrysafe run`` started, the steps inside it, and their children,
+    orphans included (their parent may be gone). Stopped processes count."""
+    needle = f"RETRYSAFE_ATTEMPT_ID={attempt_id}".encode()
+    own = os.getpid()
+    found: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == own:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue  # gone meanwhile, or another user's: not ours to judge
+        if needle in env.split(b"\0"):
+            found.append(int(entry))
+    return sorted(found)
+
+
+def _describe(pid: int) -> str:
+    try:
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        name = "?"
+    return f"pid {pid} ({name})"
+
+
+def attempt_liveness(attempt: AttemptRecord, runners: list[Holder]) -> tuple[bool | None, str]:
+    """Does anything of ``attempt`` still run? ``(True, what)``: on this host, its
+    holder, a step's runner or any process carrying the attempt (an orphaned
+    command or step) lives, stopped ones included: never take it over.
+    ``(False, why)``: on this host and nothing of it lives: take it over now.
+    ``(None, "")``: another host, or a holder without a process (an agent's
+    lease): only the lease, by the ledger's clock, can tell.
+    """
+    holder = attempt.holder
+    if holder.host != host_id():
+        return None, ""
+    alive = [h.pid for h in (holder, *runners)
+             if h.pid is not None and h.host == holder.host and not holder_gone(h)]
+    alive += [pid for pid in _carriers(attempt.id) if pid not in alive]
+    if alive:
+        return True, "still running on this host: " + ", ".join(_describe(p) for p in alive)
+    if holder.pid is None:
+        return None, ""
+    return False, "holder process is gone"

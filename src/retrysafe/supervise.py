@@ -1,9 +1,13 @@
 """Running a command as an attempt's work (``retrysafe run``).
 
-The command gets the attempt's environment; the signals a scheduler sends
-(SIGTERM, SIGINT, SIGHUP) are passed on to it; the lease is renewed while it
-runs, and when a renewal is refused (another attempt took over) the command
-is stopped before it can act again.
+The command gets the attempt's environment and stays in our process group,
+so a scheduler that stops the group (a timeout, Ctrl-C) stops all of it; the
+signals sent to this process alone (SIGTERM, SIGINT, SIGHUP) are passed on to
+the command. The lease is renewed while it runs, and when a renewal is refused
+(another attempt took over) the command is stopped before it can act again.
+Should this process die alone (``kill -9`` of its pid, the OOM killer), what
+it started lives on carrying the attempt's id, and no other run takes the
+outcome over while it does (:func:`retrysafe.process.attempt_liveness`).
 """
 
 from __future__ import annotations

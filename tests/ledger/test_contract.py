@@ -26,7 +26,7 @@ def ledger(ledger_url: str) -> Iterator[Ledger]:
 def claim(ledger: Ledger, key: str = "job:1", holder: Holder = H1, lease: float = 60,
           max_attempts: int = 5, gone: bool = False):  # type: ignore[no-untyped-def]
     return ledger.claim(key, job="job", params={"n": "1"}, holder=holder, lease_seconds=lease,
-                        max_attempts=max_attempts, holder_gone=lambda _h: gone)
+                        max_attempts=max_attempts, liveness=lambda _a, _r: (False, "holder process is gone") if gone else (None, ""))
 
 
 def test_first_claim_starts_attempt_one_with_fence_one(ledger: Ledger) -> None:

@@ -23,6 +23,9 @@ pytestmark = pytest.mark.postgres
 LEASE = 2
 
 
+OTHER_HOST = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', "zombie-host"]
+
+
 def wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -48,8 +51,11 @@ def test_a_frozen_worker_is_superseded_and_its_writes_are_refused(
     home = race_home(tmp_path / "home", lease_seconds=LEASE)
     signals = tmp_path / "signals"
     signals.mkdir()
+    # The zombie runs as another host (a UTS namespace with its own host name): on
+    # the same host a frozen holder is alive and never taken over; across hosts
+    # the lease, by the server's clock, decides.
     zombie = subprocess.Popen(
-        [sys.executable, str(ZOMBIE), str(home), pg_db, pg_db, str(signals), when],
+        [*OTHER_HOST, sys.executable, str(ZOMBIE), str(home), pg_db, pg_db, str(signals), when],
         env={**worker_env(), "PYTHONPATH": str(ZOMBIE.parent)},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

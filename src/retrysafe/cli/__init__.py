@@ -35,6 +35,7 @@ _COMMANDS: dict[str, str] = {
     "resolve": "human:resolve",
     "approve": "human:approve",
     "retry": "human:retry",
+    "break-lease": "lease:break_lease",
     "jobs": "jobs:jobs",
     "job": "jobs:job",
     "migrate": "admin:migrate",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from ..errors import EXIT_FAILED
-from ..ledger import open_ledger
+from ..errors import EXIT_FAILED, ConfigError
+from ..ledger import display_url, open_ledger
 from ..ledger.migrations import SCHEMA_VERSION
 from ._common import emit_json, json_option, state
 
@@ -36,6 +36,17 @@ def migrate(as_json: bool) -> None:
         click.echo(f"{url} is at schema {version}; nothing to do")
 
 
+def _scrubbed(text: str, url: str) -> str:
+    """``text`` without the URL's passwords (the ledger's own errors are masked
+    already; this covers anything else that echoed the URL)."""
+    from ..ledger.conninfo import MASK, secrets
+
+    text = text.replace(url, display_url(url))
+    for secret in sorted(secrets(url), key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return text
+
+
 @click.command()
 @json_option
 def doctor(as_json: bool) -> None:
@@ -45,7 +56,22 @@ def doctor(as_json: bool) -> None:
     Example:
       retrysafe doctor
     """
-    engine = state().engine
+    st = state()
+    try:
+        engine = st.engine
+    except ConfigError as exc:
+        # a config that cannot be read is a finding, not a misuse of doctor: exit 1
+        from ..location import config_file, resolve_home
+
+        home = resolve_home(st.home)
+        broken = {"home": str(home), "config": str(config_file(home, st.config)),
+                  "config_error": exc.message, "ok": False}
+        if as_json:
+            emit_json(broken)
+        else:
+            for k, v in broken.items():
+                click.echo(f"{k:20} {v}")
+        sys.exit(EXIT_FAILED)
     settings = engine.config.settings
     report: dict[str, object] = {
         "home": str(settings.home),
@@ -54,13 +80,14 @@ def doctor(as_json: bool) -> None:
         "jobs": sorted(engine.config.jobs),
     }
     ok = True
+    report["ledger"] = display_url(settings.ledger_url)
     try:
         ledger = engine.ledger
         report.update({"ledger": ledger.url, "schema_version": ledger.schema_version(),
                        "code_schema_version": SCHEMA_VERSION, **ledger.backend.health()})
     except Exception as exc:  # noqa: BLE001 - doctor reports, it does not crash
         ok = False
-        report["ledger_error"] = str(exc)
+        report["ledger_error"] = _scrubbed(str(exc), settings.ledger_url)
     report["ok"] = ok
     if as_json:
         emit_json(report)

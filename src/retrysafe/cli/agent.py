@@ -29,6 +29,7 @@ import click
 
 from .. import envvars
 from ..attempt import Decision
+from ..effects import parse_class
 from ..engine import unblock_hint
 from ..errors import (
     EXIT_BLOCKED,
@@ -73,6 +74,15 @@ def _class_option(f: Any) -> Any:
 
 def _item_option(f: Any) -> Any:
     return click.option("--item", metavar="ID", help="Per-item work: the step key gets /ID.")(f)
+
+
+def _valid(key: str, step_name: str, item: str | None, effect_class: str | None = None) -> str:
+    """Refuse bad input before anything is written (renewing the lease is a
+    write: a refused command must leave the attempt as it was); returns the
+    step key."""
+    if effect_class is not None:
+        parse_class(effect_class)
+    return step_key(key, step_name, item)
 
 
 # --- begin -----------------------------------------------------------------------------
@@ -165,7 +175,9 @@ def check(
     Example:
       retrysafe check weekly-ops-report:2026-W32 send --class message --json
     """
+    _valid(key, step_name, item, effect_class)
     engine = state().engine
+    engine.existing_ledger()
     run = engine.resume(key, attempt_id) if attempt_id else engine.reader(key)
     decision = run.check(step_name, effect_class, item=item)
     if as_json:
@@ -217,7 +229,10 @@ def intent(
     Example:
       retrysafe intent weekly-ops-report:2026-W32 send --class message --attempt ID
     """
-    run = state().engine.resume(key, attempt_id)
+    _valid(key, step_name, item, effect_class)
+    engine = state().engine
+    engine.existing_ledger()
+    run = engine.resume(key, attempt_id)
     skey = run.intend(step_name, effect_class, item=item, absent=absent)
     record = command_line("record", key, step_name, options="--evidence ID")
     click.echo(f"running: {skey}; act once now, then '{record}'")
@@ -250,11 +265,13 @@ def record(key: str, step_name: str, evidence: str, item: str | None, attempt_id
     evidence = evidence.strip()
     if not evidence:
         raise InvalidInput("--evidence is empty: give the provider's id for the effect")
+    skey = _valid(key, step_name, item)
+    engine = state().engine
+    engine.existing_ledger()
     try:
-        run = state().engine.resume(key, attempt_id)
+        run = engine.resume(key, attempt_id)
     except StaleAttempt as exc:
         raise StaleAttempt.unrecorded(exc, key, step_name, evidence) from None
-    skey = step_key(key, step_name, item)
     if run.record_evidence(step_name, evidence, item=item):
         click.echo(f"done: {skey}; evidence: {evidence}")
     else:
@@ -275,8 +292,11 @@ def unknown(key: str, step_name: str, reason: str, item: str | None, attempt_id:
     Example:
       retrysafe unknown weekly-ops-report:2026-W32 send --reason 'SMTP timeout' --attempt ID
     """
-    state().engine.resume(key, attempt_id).declare_unknown(step_name, reason, item=item)
-    click.echo(f"unknown: {step_key(key, step_name, item)}; the next run looks it up before acting")
+    skey = _valid(key, step_name, item)
+    engine = state().engine
+    engine.existing_ledger()
+    engine.resume(key, attempt_id).declare_unknown(step_name, reason, item=item)
+    click.echo(f"unknown: {skey}; the next run looks it up before acting")
 
 
 @click.command()
@@ -291,7 +311,10 @@ def block(key: str, step_name: str, reason: str, item: str | None, attempt_id: s
     Example:
       retrysafe block KEY publish --reason 'two drafts titled X: ids 41, 42' --attempt ID
     """
-    raise state().engine.resume(key, attempt_id).declare_blocked(step_name, reason, item=item)
+    _valid(key, step_name, item)
+    engine = state().engine
+    engine.existing_ledger()
+    raise engine.resume(key, attempt_id).declare_blocked(step_name, reason, item=item)
 
 
 # --- close -------------------------------------------------------------------------------
@@ -317,6 +340,7 @@ def close(key: str, failed_reason: str | None, attempt_id: str | None, as_json: 
       retrysafe close weekly-ops-report:2026-W32 --attempt ID
     """
     engine = state().engine
+    engine.existing_ledger()
     run = engine.resume(key, attempt_id)
     out = run.close(success=failed_reason is None, reason=failed_reason or "")
     unblock = unblock_hint(engine.ledger, out) if out.state == "blocked" else ""

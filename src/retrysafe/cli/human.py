@@ -27,7 +27,7 @@ def resolve(key: str, step_name: str, found: str | None, absent: bool, note: str
         raise InvalidInput("give exactly one of --found EVIDENCE or --absent")
     if found is not None and not found.strip():
         raise InvalidInput("--found needs the evidence (provider id, URL, SHA...)")
-    got = state().engine.ledger.resolve(key, step_name, found=found, actor=actor(), note=note)
+    got = state().engine.existing_ledger().resolve(key, step_name, found=found, actor=actor(), note=note)
     if as_json:
         emit_json(got.to_json())
     else:
@@ -45,7 +45,7 @@ def approve(key: str, step_name: str, note: str, as_json: bool) -> None:
     Example:
       retrysafe approve invoice:2026-11 charge --note "checked amount with finance"
     """
-    got = state().engine.ledger.approve(key, step_name, actor=actor(), note=note)
+    got = state().engine.existing_ledger().approve(key, step_name, actor=actor(), note=note)
     if as_json:
         emit_json(got.to_json())
     else:
@@ -63,7 +63,7 @@ def retry(key: str, note: str, as_json: bool) -> None:
     Example:
       retrysafe retry weekly-ops-report:2026-W32
     """
-    out = state().engine.ledger.retry(key, actor=actor(), note=note)
+    out = state().engine.existing_ledger().retry(key, actor=actor(), note=note)
     if as_json:
         emit_json(out.to_json())
     else:

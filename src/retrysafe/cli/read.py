@@ -6,11 +6,32 @@ import sys
 
 import click
 
-from ..engine import unblock_hint
-from ..errors import EXIT_DONE, EXIT_FAILED
+from ..engine import Engine, unblock_hint
+from ..errors import EXIT_DONE, EXIT_FAILED, InvalidInput, UnknownOutcome
 from ..folders import outcome_dir
+from ..ledger import OutcomeRecord
+from ..states import OutcomeState
 from ..timefmt import when
 from ._common import emit_json, json_option, state, table
+
+_RECENT_KEYS = 5
+
+
+def require_outcome(engine: Engine, key: str) -> OutcomeRecord:
+    """The outcome ``key`` in the existing ledger (a reading command creates
+    nothing); a job's name given where a key is expected says so and lists
+    the job's recent keys."""
+    ledger = engine.existing_ledger()
+    out = ledger.outcome(key)
+    if out is not None:
+        return out
+    if key in engine.config.jobs:
+        recent = [o.key for o in ledger.outcomes(job=key, limit=_RECENT_KEYS)]
+        raise UnknownOutcome(
+            f"{key!r} is a job, not an outcome key: "
+            + (f"its recent keys: {', '.join(recent)}" if recent
+               else "it has no outcomes yet"), key=key)
+    return ledger.require_outcome(key)
 
 
 @click.command()
@@ -24,8 +45,8 @@ def status(key: str, as_json: bool) -> None:
       retrysafe status weekly-ops-report:2026-W32 --json
     """
     engine = state().engine
+    out = require_outcome(engine, key)
     ledger = engine.ledger
-    out = ledger.require_outcome(key)
     attempts = ledger.attempts(key)
     steps = ledger.steps(key)
     folder = outcome_dir(engine.home, out.job, key)
@@ -57,7 +78,8 @@ def status(key: str, as_json: bool) -> None:
 @click.command()
 @click.option("--job", "job_name", metavar="JOB", help="Only this job's outcomes.")
 @click.option("--state", "state_name", metavar="STATE", help="Only outcomes in this state.")
-@click.option("--limit", default=100, show_default=True, help="At most this many.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1),
+              help="At most this many.")
 @json_option
 def ls(job_name: str | None, state_name: str | None, limit: int, as_json: bool) -> None:
     """List outcomes, newest first.
@@ -66,7 +88,10 @@ def ls(job_name: str | None, state_name: str | None, limit: int, as_json: bool) 
     Example:
       retrysafe ls --state blocked
     """
-    outs = state().engine.ledger.outcomes(job=job_name, state=state_name, limit=limit)
+    if state_name is not None and state_name not in tuple(OutcomeState):
+        raise InvalidInput(f"unknown state {state_name!r} (states: "
+                           f"{', '.join(s.value for s in OutcomeState)})")
+    outs = state().engine.existing_ledger().outcomes(job=job_name, state=state_name, limit=limit)
     if as_json:
         emit_json([o.to_json() for o in outs])
         return
@@ -84,9 +109,9 @@ def history(key: str, as_json: bool) -> None:
     Example:
       retrysafe history weekly-ops-report:2026-W32
     """
-    ledger = state().engine.ledger
-    ledger.require_outcome(key)
-    events = ledger.history(key)
+    engine = state().engine
+    require_outcome(engine, key)
+    events = engine.ledger.history(key)
     if as_json:
         emit_json([e.to_json() for e in events])
         return
@@ -111,7 +136,9 @@ def verify(key: str, as_json: bool) -> None:
     """
     from ..verify import verify_outcome
 
-    checks = verify_outcome(state().engine, key)
+    engine = state().engine
+    engine.existing_ledger()
+    checks = verify_outcome(engine, key)
     ok = all(c.ok for c in checks)
     if as_json:
         emit_json({"key": key, "ok": ok, "checks": [c.to_json() for c in checks]})

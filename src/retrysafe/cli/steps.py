@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import signal
 import sys
+import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
@@ -17,8 +23,27 @@ from ..connectors import build_connector
 from ..connectors.base import ABSENT, Ambiguous, EffectFailed, Found, LookupResult
 from ..donestep import done_step_evidence
 from ..errors import EXIT_BUSY, InvalidInput
-from ..keys import check_name, parse_assignments, step_key
+from ..keys import check_name, parse_assignments, slug, step_key
+from ..states import StepState
 from ._common import state
+
+if TYPE_CHECKING:
+    import subprocess
+
+
+EVIDENCE_MAX = 4096
+"""At most this many bytes (UTF-8) of a command's last output line become its evidence."""
+NO_EVIDENCE = "(no evidence: the command printed nothing)"
+_CUT = " [...]"
+_BLOCK = 65536
+KILL_GRACE = 2.0
+"""Seconds a timed-out command's process group gets between SIGTERM and SIGKILL."""
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _timed_out(what: str, seconds: float) -> TimeoutError:
+    """A command ran past its timeout; its whole process group was killed."""
+    return TimeoutError(f"{what} timed out after {seconds:g} s; its process group was killed")
 
 
 def _last_line(text: str) -> str:
@@ -26,49 +51,238 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def shell_lookup(check: str, env: Mapping[str, str]) -> Any:
-    """A ``--check`` command as a lookup: exit 0 found, 1 absent, else ambiguous."""
+def last_line_evidence(fh: BinaryIO) -> str:
+    """The last non-empty line of a binary file as evidence: decoded as UTF-8
+    with errors replaced, at most :data:`EVIDENCE_MAX` bytes (a longer line is
+    cut and ends in ``[...]``); ``""`` when the file holds no such line.
+
+    The file is read from its end, so a huge output costs no more than its
+    last line."""
+    end = fh.seek(0, os.SEEK_END)
+    pos, stop = end, -1
+    while pos > 0 and stop < 0:  # the end of the last non-whitespace byte
+        size = min(_BLOCK, pos)
+        pos -= size
+        fh.seek(pos)
+        kept = fh.read(size).rstrip()
+        if kept:
+            stop = pos + len(kept)
+    if stop < 0:
+        return ""
+    pos, start = stop, 0
+    while pos > 0:  # the start of that line
+        size = min(_BLOCK, pos)
+        pos -= size
+        fh.seek(pos)
+        nl = fh.read(size).rfind(b"\n")
+        if nl >= 0:
+            start = pos + nl + 1
+            break
+    fh.seek(start)
+    raw = fh.read(min(stop - start, EVIDENCE_MAX + 1)).strip()
+    text = raw.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+    if stop - start <= EVIDENCE_MAX:
+        text = _last_line(text)  # other line breaks (\r, U+2028...) split as before
+    encoded = text.encode("utf-8")
+    if len(encoded) > EVIDENCE_MAX:
+        text = encoded[:EVIDENCE_MAX - len(_CUT)].decode("utf-8", errors="ignore") + _CUT
+    return text
+
+
+def output_file(run: Run, name: str, item: str | None, suffix: str = ".out") -> Path:
+    """Where a step's command output is kept: ``attempt-N/step-NAME[+ITEM].out``."""
+    run.folder.create()
+    return run.dir / f"step-{slug(name)}{'+' + slug(item) if item else ''}{suffix}"
+
+
+def check_command(argv0: str, env: Mapping[str, str]) -> None:
+    """Refuse a command that cannot start (exit 2) before anything is recorded."""
+    if os.sep in argv0:
+        path = Path(argv0)
+        if not path.exists():
+            raise InvalidInput(f"command not found: {argv0}")
+        if path.is_dir() or not os.access(path, os.X_OK):
+            raise InvalidInput(f"{argv0} exists but is not executable")
+        return
+    search = env.get("PATH", os.defpath)
+    if shutil.which(argv0, path=search):
+        return
+    for folder in search.split(os.pathsep):
+        candidate = Path(folder or ".") / argv0
+        if candidate.is_file():
+            raise InvalidInput(f"{argv0} exists ({candidate}) but is not executable")
+    raise InvalidInput(f"command not found: {argv0}")
+
+
+def _group_alive(pgid: int) -> bool:
+    """Does a process of group ``pgid`` still run? Zombies waiting for their
+    reaper do not count."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def _stop_group(proc: subprocess.Popen[bytes], first: int = signal.SIGTERM) -> None:
+    """Send ``first`` to the command's whole process group, then SIGKILL what is
+    left after :data:`KILL_GRACE` seconds; returns once the command has ended."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, first)
+    deadline = time.monotonic() + KILL_GRACE
+    while time.monotonic() < deadline:
+        if proc.poll() is not None and not _group_alive(proc.pid):
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def run_bounded(argv: list[str], env: Mapping[str, str], *, stdout: Any, stderr: Any,
+                timeout: float | None, what: str) -> int:
+    """Run ``argv`` and return its exit status (negative: killed by that signal).
+
+    With a ``timeout`` the command runs in a session (process group) of its
+    own: past ``timeout`` seconds the whole group is stopped (SIGTERM, then
+    SIGKILL after :data:`KILL_GRACE` seconds) and :class:`TimeoutError` is
+    raised; SIGTERM, SIGINT and SIGHUP sent to this process are passed on to
+    the group, so what a scheduler or ``retrysafe run`` sends still reaches it.
+    Without one it stays in our process group, as any child does. A command
+    that cannot start raises :class:`EffectFailed`: nothing ran.
+    """
+    import subprocess
+
+    own_group = timeout is not None
+    try:
+        proc = subprocess.Popen(argv, env=dict(env), stdout=stdout, stderr=stderr,
+                                start_new_session=own_group)
+    except OSError as exc:
+        raise EffectFailed(f"{what} could not start: {argv[0]}: {exc.strerror or exc}") from None
+    if not own_group:
+        try:
+            return proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+    got: list[threading.Timer] = []
+
+    def kill_late() -> None:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signum)
+        if not got:
+            got.append(threading.Timer(KILL_GRACE, kill_late))
+            got[0].daemon = True
+            got[0].start()
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
+    try:
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop_group(proc)
+            assert timeout is not None
+            raise _timed_out(what, timeout) from None
+        except BaseException:
+            _stop_group(proc)
+            raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if got:
+            got[0].cancel()
+            _stop_group(proc, 0)  # a signal came: what is left of the group goes too
+
+
+def shell_lookup(check: str, env: Mapping[str, str], out: Path | None = None,
+                 timeout: float | None = None) -> Any:
+    """A ``--check`` command as a lookup: exit 0 found, 1 absent, else ambiguous.
+
+    Its stdout is kept in ``out`` (or a temporary file); a check that runs past
+    ``timeout`` seconds is ambiguous."""
 
     def lookup(step_key: str) -> LookupResult:
-        import subprocess
+        import tempfile
 
-        proc = subprocess.run(["/bin/sh", "-c", check], env={**env, envvars.STEP_KEY: step_key},
-                              capture_output=True, text=True, check=False)
-        if proc.returncode == 0:
-            return Found(_last_line(proc.stdout) or "found by check")
-        if proc.returncode == 1:
-            return ABSENT
-        tail = _last_line(proc.stderr) or _last_line(proc.stdout)
-        return Ambiguous(f"check command {check!r} exited {proc.returncode}"
-                         + (f" ({tail})" if tail else ""))
+        with (open(out, "w+b") if out else tempfile.TemporaryFile()) as fh, \
+                tempfile.TemporaryFile() as err:
+            try:
+                rc = run_bounded(["/bin/sh", "-c", check], {**env, envvars.STEP_KEY: step_key},
+                                 stdout=fh, stderr=err, timeout=timeout, what="check command")
+            except TimeoutError as exc:
+                return Ambiguous(f"check command {check!r} {str(exc).removeprefix('check command ')}")
+            except EffectFailed as exc:
+                return Ambiguous(str(exc))
+            if rc == 0:
+                return Found(last_line_evidence(fh) or "found by check")
+            if rc == 1:
+                return ABSENT
+            tail = last_line_evidence(err) or last_line_evidence(fh)
+        return Ambiguous(f"check command {check!r} exited {rc}" + (f" ({tail})" if tail else ""))
 
     return lookup
 
 
-def command_execute(cmd: tuple[str, ...], env: Mapping[str, str]) -> Any:
-    """CMD as an effect: exit 0 done (last stdout line = evidence), 75 failed, else unknown."""
+def _echo(fh: BinaryIO) -> None:
+    """Pass a command's kept stdout on to our stderr, bytes as they are."""
+    fh.seek(0)
+    sys.stderr.flush()
+    target = getattr(sys.stderr, "buffer", None)
+    if target is not None:
+        shutil.copyfileobj(fh, target)
+        target.flush()
+    else:
+        sys.stderr.write(fh.read().decode("utf-8", errors="replace"))
+    fh.seek(0, os.SEEK_END)
+
+
+def command_execute(cmd: tuple[str, ...], env: Mapping[str, str], out: Path,
+                    timeout: float | None = None) -> Any:
+    """CMD as an effect: exit 0 done (last stdout line = evidence), 75 failed, else unknown.
+
+    Its stdout is kept whole in ``out`` and echoed on stderr; the exit status
+    alone decides, whatever bytes it printed. Past ``timeout`` seconds its
+    process group is killed and the step is unknown."""
 
     def execute(step_key: str) -> str:
-        import subprocess
-
-        try:
-            proc = subprocess.run(list(cmd), env={**env, envvars.STEP_KEY: step_key},
-                                  stdout=subprocess.PIPE, text=True, check=False)
-        except FileNotFoundError:
-            raise EffectFailed(f"command not found: {cmd[0]}") from None
-        if proc.stdout:
-            sys.stderr.write(proc.stdout)
-        if proc.returncode == 0:
-            return _last_line(proc.stdout)
-        if proc.returncode == EXIT_BUSY:
+        with open(out, "w+b") as fh:
+            try:
+                rc = run_bounded(list(cmd), {**env, envvars.STEP_KEY: step_key}, stdout=fh,
+                                 stderr=None, timeout=timeout, what="command")
+            finally:
+                _echo(fh)
+            if rc == 0:
+                return last_line_evidence(fh) or NO_EVIDENCE
+        if rc == EXIT_BUSY:
             raise EffectFailed(f"command exited {EXIT_BUSY}: nothing happened")
-        if proc.returncode < 0:
-            raise RuntimeError(f"command killed by signal {-proc.returncode}")
-        raise RuntimeError(f"command exited {proc.returncode}")
+        if rc < 0:
+            raise RuntimeError(f"command killed by signal {-rc}")
+        raise RuntimeError(f"command exited {rc}")
 
     return execute
-
-
 
 
 def drill_faults(name: str, execute: Any) -> Any:
@@ -111,6 +325,7 @@ def _payload(payload_file: str | None, pairs: tuple[str, ...]) -> dict[str, Any]
 
 
 _CMD_SETTINGS = {"ignore_unknown_options": True}
+_SECONDS = click.FloatRange(min=0, min_open=True, max=1e9)
 
 
 @click.command(context_settings=_CMD_SETTINGS)
@@ -125,17 +340,23 @@ _CMD_SETTINGS = {"ignore_unknown_options": True}
 @click.option("--with", "with_pairs", multiple=True, metavar="KEY=VALUE", help="Connector payload field.")
 @click.option("--allow-update", is_flag=True,
               help="Let an updatable connector replace a changed payload in place.")
+@click.option("--timeout", type=_SECONDS, metavar="SECONDS",
+              help="Kill CMD's process group after this long (the step is then unknown); a "
+              "--check running this long is ambiguous. Default: the job's step_timeout and "
+              "check_timeout.")
 @click.option("--attempt", "attempt_id", metavar="ID", help="Attempt id (default: $RETRYSAFE_ATTEMPT_ID).")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def step(name: str, effect_class: str | None, item: str | None, check: str | None,
          connector: str | None, payload_file: str | None, with_pairs: tuple[str, ...],
-         allow_update: bool, attempt_id: str | None, cmd: tuple[str, ...]) -> None:
+         allow_update: bool, timeout: float | None, attempt_id: str | None,
+         cmd: tuple[str, ...]) -> None:
     """Perform an effect step at most once, inside the current attempt.
 
     \b
     CMD gets RETRYSAFE_STEP_KEY to hand to the provider. Exit 0: done, the
-    last line of its stdout is the evidence (printed). Exit 75: failed,
-    nothing happened. Anything else: unknown; the next try runs --check first.
+    last line of its stdout is the evidence (printed; at most 4 KiB, the whole
+    output is kept in the attempt folder). Exit 75: failed, nothing happened.
+    Anything else, or --timeout: unknown; the next try runs --check first.
 
     \b
     Examples:
@@ -149,6 +370,8 @@ def step(name: str, effect_class: str | None, item: str | None, check: str | Non
         raise InvalidInput("--class CLASS is required for a command step")
     if not connector and (payload_file or with_pairs):
         raise InvalidInput("--payload and --with need --connector")
+    if connector and timeout is not None:
+        raise InvalidInput("--timeout is for a command step; a connector has its own")
     if not connector:
         assert effect_class is not None
         opts = state()
@@ -157,6 +380,7 @@ def step(name: str, effect_class: str | None, item: str | None, check: str | Non
         if done is not None:  # the answer the console script gives (retrysafe._entry)
             click.echo(done)
             return
+        check_command(cmd[0], os.environ)  # a command that cannot start records nothing
     engine = state().engine
     run: Run = engine.attach(attempt_id)
     env = {**os.environ, **run.env()}
@@ -167,10 +391,13 @@ def step(name: str, effect_class: str | None, item: str | None, check: str | Non
                               execute=drill_faults(name, lambda skey: conn.execute(skey, data)),
                               payload=data, item=item, allow_update=allow_update)
     else:
-        evidence = run.effect(name, effect_class,
-                              execute=drill_faults(name, command_execute(cmd, env)),
-                              lookup=shell_lookup(check, env) if check else None,
-                              item=item, check=check)
+        step_limit = timeout if timeout is not None else run.job.step_timeout
+        check_limit = timeout if timeout is not None else run.job.check_timeout
+        execute = command_execute(cmd, env, output_file(run, name, item), step_limit)
+        lookup = shell_lookup(check, env, output_file(run, name, item, ".check.out"),
+                              check_limit) if check else None
+        evidence = run.effect(name, effect_class, execute=drill_faults(name, execute),
+                              lookup=lookup, item=item, check=check)
     click.echo(evidence)
 
 
@@ -180,10 +407,13 @@ def step(name: str, effect_class: str | None, item: str | None, check: str | Non
               help="File name of the artifact in the attempt folder (default NAME).")
 @click.option("--validate", metavar="SHELL", help="Command that must exit 0 for the artifact to be accepted.")
 @click.option("--item", metavar="ID", help="Per-item work: the step key gets /ID.")
+@click.option("--timeout", type=_SECONDS, metavar="SECONDS",
+              help="Kill CMD's (or --validate's) process group after this long: the step "
+              "fails. Default: the job's step_timeout (check_timeout for --validate).")
 @click.option("--attempt", "attempt_id", metavar="ID", help="Attempt id (default: $RETRYSAFE_ATTEMPT_ID).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def generate(name: str, output: str | None, validate: str | None, item: str | None,
-             attempt_id: str | None, cmd: tuple[str, ...]) -> None:
+             timeout: float | None, attempt_id: str | None, cmd: tuple[str, ...]) -> None:
     """Produce an artifact once (CMD writes $RETRYSAFE_OUTPUT) and print its path.
 
     \b
@@ -194,28 +424,35 @@ def generate(name: str, output: str | None, validate: str | None, item: str | No
     Example:
       DRAFT=$(retrysafe generate draft --output draft.md -- ./write-draft.sh)
     """
-    import subprocess
-
     check_name("step", name)
     engine = state().engine
     run = engine.attach(attempt_id)
+    skey = step_key(run.key, name, item)
+    accepted = run.ledger.step(skey)
+    if accepted is None or accepted.state != StepState.DONE:
+        check_command(cmd[0], os.environ)  # a command that cannot start records nothing
     env = {**os.environ, **run.env()}
+    produce_limit = timeout if timeout is not None else run.job.step_timeout
+    validate_limit = timeout if timeout is not None else run.job.check_timeout
 
     def produce(out: Path) -> None:
+        # the generator's stdout goes to our stderr as it comes, bytes as they are
         try:
-            proc = subprocess.run(list(cmd), env={**env, envvars.OUTPUT: str(out),
-                                                  envvars.STEP_KEY: step_key(run.key, name, item)},
-                                  stdout=sys.stderr, check=False)
-        except FileNotFoundError:
-            raise EffectFailed(f"command not found: {cmd[0]}") from None
-        if proc.returncode != 0:
-            raise EffectFailed(f"command exited {proc.returncode}")
+            rc = run_bounded(list(cmd), {**env, envvars.OUTPUT: str(out),
+                                         envvars.STEP_KEY: skey},
+                             stdout=sys.stderr, stderr=None, timeout=produce_limit,
+                             what="command")
+        except TimeoutError as exc:
+            raise EffectFailed(str(exc)) from None
+        if rc != 0:
+            raise EffectFailed(f"command exited {rc}")
 
     def check_valid(out: Path) -> bool:
         assert validate is not None
-        proc = subprocess.run(["/bin/sh", "-c", validate], env={**env, envvars.OUTPUT: str(out)},
-                              stdout=sys.stderr, check=False)
-        return proc.returncode == 0
+        rc = run_bounded(["/bin/sh", "-c", validate], {**env, envvars.OUTPUT: str(out)},
+                         stdout=sys.stderr, stderr=None, timeout=validate_limit,
+                         what="validate command")
+        return rc == 0
 
     path = run.generate(name, produce, filename=output, item=item,
                         validate=check_valid if validate else None)

@@ -21,6 +21,7 @@ from .. import envvars
 from ..engine import Engine
 from ..errors import InvalidInput
 from ..keys import check_name
+from ..ledger import child_env
 from .count import CountError, EffectCounter
 from .plan import (
     CLEAN,
@@ -124,7 +125,7 @@ class Drill:
         env = {k: v for k, v in os.environ.items() if k not in _ATTEMPT_ENV}
         env.update({envvars.HOME: str(settings.home),
                     envvars.CONFIG: str(settings.config_path),
-                    envvars.LEDGER: settings.ledger_url})
+                    **child_env(settings.ledger_url)})
         return env
 
     def run(self) -> DrillReport:

@@ -53,10 +53,17 @@ from .records import (
     step_from_row,
 )
 
-__all__ = ["HolderCheck", "LedgerCore"]
+__all__ = ["LedgerCore", "Liveness"]
 
-HolderCheck = Callable[[Holder], bool]
-"""Answers "is this lease holder known to be gone?" (same host, process dead)."""
+Liveness = Callable[[AttemptRecord, list[Holder]], tuple[bool | None, str]]
+"""Answers "does anything of this attempt still run?" given the attempt and the
+runners of its running steps: ``True`` (alive: never take it over), ``False``
+(known gone: take it over now) or ``None`` (cannot tell: the lease decides),
+with what runs or why not (:func:`retrysafe.process.attempt_liveness`)."""
+
+
+def _lease_only(_attempt: AttemptRecord, _runners: list[Holder]) -> tuple[bool | None, str]:
+    return None, ""
 
 _O, _S = OutcomeState, StepState
 
@@ -239,14 +246,17 @@ class LedgerCore:
         holder: Holder,
         lease_seconds: float,
         max_attempts: int,
-        holder_gone: HolderCheck = lambda _h: False,
+        liveness: Liveness = _lease_only,
         context: Mapping[str, str] | None = None,
     ) -> Claim:
         """Start attempt N+1 at ``key`` unless it is done, blocked, or held by a live attempt.
 
-        A current attempt whose lease expired (by the database clock), or whose
-        holder ``holder_gone`` reports dead, is superseded: its fencing token
-        stops being current and its ``running`` steps become ``unknown``.
+        The current attempt is superseded (its fencing token stops being current,
+        its ``running`` steps become ``unknown``) when ``liveness`` knows nothing
+        of it runs any more, or, when ``liveness`` cannot tell (another host, an
+        agent's lease), when its lease expired by the database's clock. An
+        attempt ``liveness`` sees running is never taken over, whatever the
+        clocks say; a human can still break its lease (:meth:`break_lease`).
         """
         with self.backend.transaction() as tx:
             tx.run(
@@ -266,11 +276,11 @@ class LedgerCore:
             if out.current_attempt:
                 cur = self._attempt_row(tx, out.current_attempt)
                 if cur and cur.state == AttemptState.ACTIVE:
+                    alive, why = liveness(cur, self._runners(tx, cur))
                     expired = cur.lease_expires <= tx.now
-                    if not expired and not holder_gone(cur.holder):
-                        return Claim(ClaimStatus.BUSY, out, attempt=cur)
-                    self._supersede(tx, out, cur, "lease expired" if expired
-                                    else "holder process is gone")
+                    if alive or (alive is None and not expired):
+                        return Claim(ClaimStatus.BUSY, out, attempt=cur, reason=why)
+                    self._supersede(tx, out, cur, why if alive is False else "lease expired")
                     superseded = cur
                     out = self._lock_outcome(tx, key)
                     assert out is not None
@@ -282,6 +292,13 @@ class LedgerCore:
                 return Claim(ClaimStatus.BLOCKED, out, reason=out.reason, superseded=superseded)
             attempt, out = self._start_attempt(tx, out, holder, lease_seconds, context)
             return Claim(ClaimStatus.STARTED, out, attempt=attempt, superseded=superseded)
+
+    def _runners(self, tx: Tx, attempt: AttemptRecord) -> list[Holder]:
+        """The processes running ``attempt``'s running steps."""
+        return [Holder(r["runner_host"], r["runner_pid"], r["runner_started"]) for r in tx.rows(
+            "SELECT runner_host, runner_pid, runner_started FROM rs_steps"
+            " WHERE outcome_key = ? AND state = ? AND attempt_id = ? AND runner_host IS NOT NULL",
+            (attempt.outcome_key, _S.RUNNING.value, attempt.id))]
 
     def _exhaust(self, tx: Tx, out: OutcomeRecord, used: int, max_attempts: int) -> OutcomeRecord:
         """Block the outcome: its attempt budget is spent; a human grants more."""
@@ -318,13 +335,14 @@ class LedgerCore:
         assert got is not None
         return attempt, got
 
-    def _supersede(self, tx: Tx, out: OutcomeRecord, cur: AttemptRecord, why: str) -> None:
+    def _supersede(self, tx: Tx, out: OutcomeRecord, cur: AttemptRecord, why: str,
+                   actor: str = "retrysafe") -> None:
         tx.run(
             "UPDATE rs_attempts SET state = ?, result = ?, ended_at = ? WHERE id = ?",
             (AttemptState.SUPERSEDED.value, why, tx.now, cur.id),
         )
         self._log(tx, out.key, kind="attempt", frm=AttemptState.ACTIVE, to=AttemptState.SUPERSEDED,
-                  attempt=cur, actor="retrysafe", reason=why)
+                  attempt=cur, actor=actor, reason=why)
         for row in tx.rows(
             "SELECT * FROM rs_steps WHERE outcome_key = ? AND state = ? AND attempt_id = ?",
             (out.key, _S.RUNNING.value, cur.id),
@@ -335,11 +353,11 @@ class LedgerCore:
                 (_S.UNKNOWN.value, reason, tx.now, row["step_key"]),
             )
             self._log(tx, out.key, kind="step", step_key=row["step_key"], frm=_S.RUNNING,
-                      to=_S.UNKNOWN, attempt=cur, actor="retrysafe", reason=reason)
+                      to=_S.UNKNOWN, attempt=cur, actor=actor, reason=reason)
         tx.run("UPDATE rs_outcomes SET current_attempt = NULL WHERE key = ?", (out.key,))
         if out.state == _O.RUNNING:
             self._set_outcome(tx, out, _O.UNKNOWN, f"attempt {cur.number} ended: {why}",
-                              actor="retrysafe")
+                              actor=actor)
 
     def _attempt_row(self, tx: Tx, attempt_id: str) -> AttemptRecord | None:
         row = tx.one("SELECT * FROM rs_attempts WHERE id = ?", (attempt_id,))

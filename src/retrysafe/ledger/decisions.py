@@ -149,6 +149,23 @@ class Ledger(LedgerCore):
             assert got is not None
             return got
 
+    def break_lease(self, key: str, *, actor: str, note: str = "") -> AttemptRecord:
+        """A human ends the attempt holding ``key``, alive or not (a stuck or frozen
+        process). Its fencing token stops being current, so its later writes are
+        refused; its running steps become ``unknown``, so the next run looks them
+        up before acting. Its processes are not stopped: that is the human's call."""
+        with self.backend.transaction() as tx:
+            out = self._require_locked(tx, key)
+            cur = self._attempt_row(tx, out.current_attempt) if out.current_attempt else None
+            if cur is None or cur.state != AttemptState.ACTIVE:
+                raise InvalidInput(f"no attempt holds {key} (it is {out.state}); nothing to break",
+                                   key=key, state=out.state)
+            why = f"lease broken by {actor}" + (f": {note}" if note else "")
+            self._supersede(tx, out, cur, why, actor=actor)
+            got = self._attempt_row(tx, cur.id)
+            assert got is not None
+            return got
+
     def retry(self, key: str, *, actor: str, note: str = "") -> OutcomeRecord:
         """Give a blocked, failed or unknown outcome a fresh attempt budget."""
         with self.backend.transaction() as tx:

@@ -18,7 +18,10 @@ Opened deliberately:
 Errors become one line each: the server cannot be reached, restarted, or
 dropped the connection → :class:`~retrysafe.errors.LedgerUnavailable` (exit
 75, try again later); wrong credentials → :class:`~retrysafe.errors.LedgerAuthError`;
-a missing database or anything else → :class:`~retrysafe.errors.LedgerError`.
+a setting libpq or psycopg refuses (``connect_timeout=x``, ``sslmode=bogus``), a
+missing database or anything else → :class:`~retrysafe.errors.LedgerError` (exit
+2: the configuration must change, waiting will not help). Passwords are masked
+in every message (:mod:`retrysafe.ledger.conninfo`).
 
 A transaction that fails is rolled back and never retried here. In
 particular a ``COMMIT`` whose connection is lost may or may not have been
@@ -40,7 +43,6 @@ import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -49,6 +51,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import LedgerAuthError, LedgerError, LedgerUnavailable
 from .backend import Backend, Tx
+from .conninfo import mask, parse
 
 __all__ = ["PostgresBackend"]
 
@@ -123,39 +126,17 @@ def _one_line(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
-def hide_password(url: str) -> str:
-    """``url`` with the password (in the user part or a ``password=`` parameter) masked."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "postgresql://(unparseable URL)"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hosts = netloc.rpartition("@")
-        if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":***"
-        netloc = f"{userinfo}@{hosts}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs], safe="/")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+hide_password = mask
+"""``url`` with every password masked (an alias of :func:`retrysafe.ledger.conninfo.mask`)."""
 
-
-def _passwords(url: str) -> set[str]:
-    """Every spelling of the URL's password, to scrub from messages."""
-    found: set[str] = set()
-    try:
-        parts = urlsplit(url)
-        userinfo = parts.netloc.rpartition("@")[0]
-        if ":" in userinfo:
-            found.add(userinfo.split(":", 1)[1])
-        found.update(v for k, v in parse_qsl(parts.query, keep_blank_values=True)
-                     if k == "password")
-    except ValueError:
-        pass
-    found |= {unquote(p) for p in found}
-    return {p for p in found if p}
+# libpq and psycopg refusing a connection setting: a configuration error, never
+# "try later" (libpq checks these before it sends anything to the server)
+_CONFIG_TEXT = re.compile(
+    r"invalid [\w ]+ value|invalid integer value|invalid port number|"
+    r"invalid connection option|bad value for|could not match \d+|"
+    r"unterminated quoted string|missing \"=\" after|invalid uri|percent-encoded|"
+    r"invalid require_auth|does not support ssl|root certificate file"
+)
 
 
 class _PgTx(Tx):
@@ -204,8 +185,16 @@ class PostgresBackend(Backend):
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._shown = hide_password(url)
-        self._secrets = _passwords(url)
+        info = parse(url)
+        self._shown = mask(url)
+        self._secrets = {s for s in info.raw if s}
+        if not info.clean and info.spans:
+            # libpq would read the password as a host, a port or a query: refuse
+            # before the driver echoes pieces of it
+            raise LedgerError(
+                f"ledger URL {self._shown} is not valid: percent-encode the user name and "
+                "password (# as %23, ? as %3F, / as %2F, @ as %40), or keep the password "
+                "out of the URL (PGPASSWORD or ~/.pgpass)")
         try:
             params = conninfo_to_dict(url)
         except psycopg.ProgrammingError as exc:
@@ -376,7 +365,11 @@ class PostgresBackend(Backend):
     def _translate_connect(self, exc: psycopg.Error) -> LedgerError:
         """A failure to connect, told by what the server or the network said."""
         text = self._scrub(str(exc)).removeprefix("connection failed: ")
+        text = text.removeprefix("connection is bad: ")
         low = text.lower()
+        if isinstance(exc, psycopg.ProgrammingError) or _CONFIG_TEXT.search(low):
+            return LedgerError(f"ledger {self._shown}: a connection setting is not valid "
+                               f"({text}); fix the URL or the PG* environment variables")
         missing = re.search(r'database "[^"]*" does not exist', text)
         if missing:
             return LedgerError(f"ledger {self._shown}: {missing.group(0)}: "

@@ -5,11 +5,16 @@ Opened deliberately: WAL (readers never block the writer), ``synchronous=FULL``
 throwaway ledgers), write transactions ``BEGIN IMMEDIATE`` (the write lock is
 taken before the first read, so read-then-write races cannot happen) and a
 busy timeout so concurrent processes queue instead of failing.
+
+A new ledger file is private: ``0600`` less what the umask takes away (SQLite
+gives its ``-wal`` and ``-shm`` files the database file's mode), in a folder
+made ``0700`` when it is missing. An existing file keeps its mode.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 import time
@@ -79,14 +84,16 @@ class SqliteBackend(Backend):
     serial_pk = "INTEGER PRIMARY KEY AUTOINCREMENT"
     float_type = "REAL"
 
-    def __init__(self, path: Path, *, synchronous: str = "full") -> None:
+    def __init__(self, path: Path, *, synchronous: str = "full", must_exist: bool = False) -> None:
         self.path = path
         self.synchronous = synchronous.upper()
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        if must_exist and not path.is_file():
+            raise LedgerError(f"no ledger at {path} (is --home right?)")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise HomeNotWritable(f"ledger folder {path.parent} cannot be created: "
                                   f"{exc.strerror or exc}") from None
@@ -95,6 +102,7 @@ class SqliteBackend(Backend):
         # sqlite3 connections must stay on their thread; the heartbeat has its own.
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
+            self._create_private()
             try:
                 conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000,
                                        isolation_level=None, check_same_thread=False)
@@ -111,6 +119,15 @@ class SqliteBackend(Backend):
             with self._lock:
                 self._all.append(conn)
         return conn
+
+    def _create_private(self) -> None:
+        """Create a missing ledger file ``0600`` (less the umask) before SQLite
+        would create it ``0644``; an empty file is an empty database."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return  # it exists (or cannot be made: SQLite's own open says why)
+        os.close(fd)
 
     def _translate(self, exc: sqlite3.Error) -> RetrysafeError:
         text = str(exc)

@@ -1,0 +1,149 @@
+"""Reading, deciding and agent commands as real processes: bad input is refused
+before anything is written, and a mistyped home is never created."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support import Home
+
+CONFIG = """
+    [jobs.report]
+    key = "report:{week}"
+    params = { week = "isoweek" }
+"""
+
+
+@pytest.fixture
+def ready(home: Home) -> Home:
+    home.path.mkdir(parents=True)
+    home.config(CONFIG)
+    for week in ("2026-W01", "2026-W02"):
+        proc = home.run("run", "report", "-p", f"week={week}", "--", "true")
+        assert proc.returncode == 0, proc.stderr
+    return home
+
+
+def one_line_error(proc, match: str) -> None:  # type: ignore[no-untyped-def]
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("retrysafe: "), proc.stderr
+    assert match in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (["--state", "bogus"], "unknown state 'bogus' (states: planned, running"),
+    (["--limit", "-1"], "--limit"),
+    (["--limit", "0"], "--limit"),
+])
+def test_ls_refuses_a_bad_state_or_limit(ready: Home, args: list[str], match: str) -> None:
+    """ls with a state that does not exist or a limit below 1: exit 2 and one
+    line, not an empty listing that looks like an answer."""
+    one_line_error(ready.run("ls", *args), match)
+
+
+def test_ls_still_filters_by_a_real_state(ready: Home) -> None:
+    """A real state is accepted and filters."""
+    proc = ready.run("ls", "--state", "done", "--limit", "1", "--json")
+    assert proc.returncode == 0 and len(json.loads(proc.stdout)) == 1
+
+
+READERS = [
+    ["status", "report:2026-W01"],
+    ["history", "report:2026-W01"],
+    ["ls"],
+    ["verify", "report:2026-W01"],
+    ["resolve", "report:2026-W01", "send", "--absent"],
+    ["approve", "report:2026-W01", "send"],
+    ["retry", "report:2026-W01"],
+    ["check", "report:2026-W01", "send", "--class", "message"],
+    ["intent", "report:2026-W01", "send", "--class", "message", "--attempt", "x"],
+    ["record", "report:2026-W01", "send", "--evidence", "e", "--attempt", "x"],
+]
+
+
+@pytest.mark.parametrize("args", READERS, ids=lambda a: a[0])
+def test_a_mistyped_home_is_never_created(tmp_path: Path, args: list[str]) -> None:
+    """Reading and deciding commands against a home that does not exist: exit 2,
+    "no ledger at PATH", and no home, folder or ledger appears."""
+    home = Home(tmp_path / "typo")
+    proc = home.run(*args)
+    one_line_error(proc, f"no ledger at {home.path / 'ledger.sqlite3'} (is --home right?)")
+    assert not home.path.exists()
+
+
+def test_a_home_without_a_ledger_stays_without_one(home: Home) -> None:
+    """A home holding only its config: status creates no ledger in it."""
+    home.path.mkdir(parents=True)
+    home.config(CONFIG)
+    before = sorted(p.name for p in home.path.iterdir())
+    one_line_error(home.run("status", "report:2026-W01"), "no ledger at")
+    assert sorted(p.name for p in home.path.iterdir()) == before
+
+
+def test_status_of_a_job_name_lists_its_recent_keys(ready: Home) -> None:
+    """A job's name where a key is expected: said so, with the job's recent keys."""
+    proc = ready.run("status", "report")
+    one_line_error(proc, "'report' is a job, not an outcome key")
+    assert "report:2026-W01" in proc.stderr and "report:2026-W02" in proc.stderr
+    one_line_error(ready.run("history", "report"), "is a job")
+
+
+def _lease(home: Home, attempt_id: str) -> float:
+    with home.open_ledger() as ledger:
+        record = ledger.attempt(attempt_id)
+        assert record is not None
+        return float(record.lease_expires)
+
+
+@pytest.mark.parametrize("args", [
+    ["intent", "report:2026-W03", "send", "--class", "teleport"],
+    ["intent", "report:2026-W03", "a/b", "--class", "message"],
+    ["intent", "report:2026-W03", "send", "--class", "message", "--item", "../x"],
+    ["record", "report:2026-W03", "send", "--evidence", "e", "--item", "a/b"],
+    ["record", "report:2026-W03", "send", "--evidence", "  "],
+    ["check", "report:2026-W03", "send", "--class", "teleport"],
+    ["unknown", "report:2026-W03", "a/b", "--reason", "r"],
+    ["block", "report:2026-W03", "..", "--reason", "r"],
+], ids=lambda a: " ".join(a[2:4]))
+def test_bad_agent_input_leaves_the_lease_unchanged(ready: Home, args: list[str]) -> None:
+    """intent/record/check/unknown/block with bad input: exit 2 and the attempt's
+    lease_expires exactly as it was (input is checked before the lease renewal)."""
+    begun = ready.run("begin", "report", "-p", "week=2026-W03", "--lease", "600", "--json")
+    attempt = json.loads(begun.stdout)["attempt_id"]
+    lease = _lease(ready, attempt)
+    before = ready.snapshot()
+    proc = ready.run(*args, "--attempt", attempt)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert _lease(ready, attempt) == lease
+    assert ready.snapshot() == before
+
+
+def test_good_agent_input_still_renews_the_lease(ready: Home) -> None:
+    """The same commands with good input renew the lease, as before."""
+    import time
+
+    begun = ready.run("begin", "report", "-p", "week=2026-W03", "--lease", "600", "--json")
+    attempt = json.loads(begun.stdout)["attempt_id"]
+    lease = _lease(ready, attempt)
+    time.sleep(0.05)
+    proc = ready.run("intent", "report:2026-W03", "send", "--class", "message", "--attempt", attempt)
+    assert proc.returncode == 0, proc.stderr
+    assert _lease(ready, attempt) > lease
+
+
+def test_doctor_reports_a_broken_config_with_exit_1(home: Home) -> None:
+    """doctor on a config that cannot be read says what is wrong and exits 1, as
+    docs/cli.md says ("Exit 1 when something is wrong")."""
+    home.path.mkdir(parents=True)
+    (home.path / "retrysafe.toml").write_text("[jobs.report\n")
+    proc = home.run("doctor", "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is False and "config_error" in report
+    assert report["config"] == str(home.path / "retrysafe.toml")
+    text = home.run("doctor")
+    assert text.returncode == 1 and "config_error" in text.stdout
