@@ -223,3 +223,79 @@ def test_a_blocked_step_says_its_cause_and_an_unblock_command_quoted_for_the_she
         assert step is not None and (step.state, step.cause) == ("blocked", "approval")
         out = engine.ledger.outcome("team:x")
         assert out is not None and (out.state, out.cause) == ("blocked", "approval")
+
+
+@pytest.mark.parametrize("answer", ["absent", "found"])
+def test_a_human_resolve_landing_during_the_lookup_is_taken_and_the_run_goes_on(
+        home: Path, answer: str) -> None:
+    """While a run looks an unknown step up, a human records ``resolve --found``: the
+    run takes the human's evidence (whatever its own lookup answered), never
+    executes, and the outcome ends done."""
+    calls: list[str] = []
+
+    def explode(key: str) -> str:
+        raise ConnectionError("dropped")
+
+    with pytest.raises(StepUnknown), retrysafe.start("report", {"week": "2026-W20"}, home=home) as run:
+        run.effect("send", "message", execute=explode, lookup=lambda k: ABSENT)
+
+    def human_meanwhile(key: str) -> Found | type[ABSENT]:  # type: ignore[valid-type]
+        with retrysafe.Engine.open(home) as engine:
+            engine.ledger.resolve("report:2026-W20", "send", found="human-1", actor="ops")
+        return ABSENT if answer == "absent" else Found("lookup-1")
+
+    with retrysafe.start("report", {"week": "2026-W20"}, home=home) as run:
+        got = run.effect("send", "message", execute=lambda k: calls.append(k) or "msg-2",
+                         lookup=human_meanwhile)
+    assert got == "human-1" and calls == []
+    with retrysafe.Engine.open(home) as engine:
+        step = engine.ledger.step("report:2026-W20/send")
+        out = engine.ledger.outcome("report:2026-W20")
+        assert step is not None and step.evidence == "human-1"
+        assert out is not None and out.state == "done"
+
+
+def test_lookup_first_finds_an_effect_the_ledger_never_saw(tmp_path: Path) -> None:
+    """A message already in the external system (a lost ledger, another home) is found
+    before the first execution and recorded, not sent again; ``lookup_first = false``
+    turns that off, and classes without it (local_write) are never looked up first."""
+    (tmp_path / "retrysafe.toml").write_text(CONFIG + """
+[jobs.blind]
+key = "blind:{week}"
+params = { week = "isoweek" }
+[jobs.blind.classes.message]
+lookup_first = false
+""")
+    box = Outbox()
+    box.sent["report:2026-W30/send"] = "msg-earlier"
+    looked: list[str] = []
+
+    def lookup(key: str) -> Found | type[ABSENT]:  # type: ignore[valid-type]
+        looked.append(key)
+        return box.lookup(key)
+
+    with retrysafe.start("report", {"week": "2026-W30"}, home=tmp_path) as run:
+        assert run.effect("send", "message", execute=box.send, lookup=lookup) == "msg-earlier"
+        assert run.effect("note", "local_write", execute=lambda k: "ok", lookup=lookup) == "ok"
+    assert looked == ["report:2026-W30/send"] and len(box.sent) == 1
+    box.sent["blind:2026-W30/send"] = "msg-earlier"
+    with retrysafe.start("blind", {"week": "2026-W30"}, home=tmp_path) as run:
+        assert run.effect("send", "message", execute=box.send, lookup=lookup) == "msg-1"
+    assert looked == ["report:2026-W30/send"]
+
+
+def test_a_process_that_dropped_its_attempt_takes_it_over_itself(home: Path) -> None:
+    """A worker that let an attempt go without closing it (a swallowed error) is alive,
+    but no longer works on it: claiming the outcome again takes it over at once,
+    while an attempt it still holds a Run for stays busy."""
+    import gc
+
+    with retrysafe.Engine.open(home) as engine:
+        first = engine.begin("report", {"week": "2026-W40"})
+        assert first.status == "started" and first.run is not None
+        assert engine.begin("report", {"week": "2026-W40"}).status == "busy"
+        first = None  # type: ignore[assignment]
+        gc.collect()
+        again = engine.begin("report", {"week": "2026-W40"})
+        assert again.status == "started" and again.run is not None and again.run.number == 2
+        assert again.claim.superseded is not None

@@ -39,7 +39,7 @@ from .folders import AttemptFolder
 from .fsio import atomic_copy, sha256_file
 from .keys import check_name, step_key, step_ref
 from .ledger import AttemptRecord, Ledger, OutcomeRecord, StepRecord
-from .process import holder_gone, this_holder
+from .process import hold, holder_gone, this_holder
 from .states import PROGRESS_MARKS, Action, BlockCause, OutcomeState, StepState
 
 if TYPE_CHECKING:
@@ -114,6 +114,8 @@ class Run:
         self._crash_point = injector()  # drills and tests: RETRYSAFE_CRASH_AT
         #: the furthest progress mark this run knows its outcome has reached
         self._mark = outcome.state if outcome is not None else ""
+        if attempt is not None:
+            hold(attempt.id, self)  # this process works on it: others must not take it over
 
     @classmethod
     def finished(cls, ledger: Ledger, settings: Settings, job: Job, outcome: OutcomeRecord) -> Run:
@@ -210,11 +212,15 @@ class Run:
         has_lookup: bool = False,
         looked_up: bool = False,
         step: StepRecord | EllipsisType | None = ...,
+        lookup_first: bool = True,
     ) -> Decision:
         """Steps 1-4 of the effect algorithm, without acting.
 
         ``looked_up`` says a lookup already answered "absent" for an unknown step;
         ``step`` is the step as the caller just read it (default: read it now).
+        ``lookup_first=False``: the class's ``lookup_first`` does not apply (an
+        agent, whose "lookup" is its own search, is asked to look only after an
+        unclear try).
         """
         skey = self._step_key(name, item)
         cls = parse_class(effect_class)
@@ -227,6 +233,11 @@ class Run:
             return Decision(Action.BLOCKED, skey, state, reason=reason, unblock=err.unblock,
                             cause=cause)
 
+        if not looked_up and has_lookup and lookup_first and policy.lookup_first and (
+                step is None or (step.state == _S.PLANNED and step.tries == 0)):
+            return Decision(Action.LOOKUP, skey, state,
+                            reason=(f"{name} has never run here: look for {skey} in the external "
+                                    "system before the first execution (lookup_first)"))
         if step is not None:
             if step.state == _S.DONE:
                 return Decision(Action.SKIP, skey, state, evidence=step.evidence)
@@ -362,13 +373,28 @@ class Run:
         self._log(skey, "fail", reason)
 
     def settle_found(self, name: str, evidence: str, *, item: str | None = None,
-                     how: str = "lookup") -> None:
-        """A lookup found the effect: record it without executing."""
+                     how: str = "lookup") -> str:
+        """A lookup found the effect: record it without executing. Returns the
+        evidence that stands: a human's ``resolve --found`` that landed first wins."""
         skey = self._step_key(name, item)
         step = self.ledger.step(skey)
-        self._move(skey, _S.DONE, name=name, item=item, expect=(step.state if step else None,),
-                   evidence=evidence, outcome_state=_O.DELIVERED, reason=f"found by {how}")
+        if step is not None and step.state == _S.DONE:
+            return self._settled(skey, step)
+        try:
+            self._move(skey, _S.DONE, name=name, item=item, expect=(step.state if step else None,),
+                       evidence=evidence, outcome_state=_O.DELIVERED, reason=f"found by {how}")
+        except Busy:
+            now = self.ledger.step(skey)
+            if now is None or now.state != _S.DONE:
+                raise
+            return self._settled(skey, now)
         self._log(skey, "lookup", "found", evidence=evidence)
+        return evidence
+
+    def _settled(self, skey: str, step: StepRecord) -> str:
+        """The step is done already (a human settled it meanwhile): take that."""
+        self._log(skey, "check", "skip", evidence=step.evidence)
+        return step.evidence or ""
 
     # --- the whole algorithm -----------------------------------------------------
 
@@ -402,7 +428,9 @@ class Run:
         # The common case is a step this outcome has never seen: write the intent
         # straight away, without reading first. The write only creates the step;
         # if it exists, it is read and decided below.
-        if not self.read_only and not policy_for(cls, self.job.classes).approval and self._intent(
+        policy = policy_for(cls, self.job.classes)
+        if not self.read_only and not policy.approval and not (
+                policy.lookup_first and lookup is not None) and self._intent(
                 skey, name, item, cls, None, check=check, connector=connector_name,
                 fingerprint=fp, explain=False):
             return self._perform(skey, name, item, execute)
@@ -424,8 +452,14 @@ class Run:
             return decision.evidence or ""
         if decision.action is not Action.EXECUTE:
             raise self._refusal(name, item, step, decision, cls)
-        self.intent(name, cls, item=item, check=check, connector=connector_name, step=step,
-                    fingerprint=fp)
+        try:
+            self.intent(name, cls, item=item, check=check, connector=connector_name, step=step,
+                        fingerprint=fp)
+        except Busy:
+            now = self.ledger.step(skey)
+            if now is None or now.state != _S.DONE:
+                raise
+            return self._settled(skey, now)  # a human's resolve --found landed meanwhile
         return self._perform(skey, name, item, execute)
 
     def _bind(self, name: str, effect_class: str | EffectClass | None, execute: Execute | None,
@@ -468,8 +502,9 @@ class Run:
                           connector: ConnectorBase | None) -> str | None:
         """Step 2: an earlier try may have acted. Found: record it and return the
         evidence. Absent (and the lookup can prove it): ``None``, go on.
-        Otherwise the step is blocked for a human."""
-        state = step.state if step else "unknown"
+        Otherwise the step is blocked for a human. Before a step's first execution
+        (``lookup_first``) the same answers apply."""
+        state = step.state if step else "not started"
         if lookup is None:
             raise self.block(
                 name, item, step,
@@ -483,13 +518,16 @@ class Run:
                 f"({type(exc).__name__}: {exc}); it stays {state}, try again later",
                 key=self.key, step=name, state=state) from None
         if isinstance(result, Found):
-            self.settle_found(name, result.evidence, item=item)
-            return result.evidence
+            return self.settle_found(name, result.evidence, item=item)
         if isinstance(result, Ambiguous):
             raise self.block(name, item, step, f"lookup is ambiguous: {result.reason}",
                              BlockCause.AMBIGUOUS)
         authoritative = connector.authoritative if connector is not None else True
-        if not authoritative and policy_for(cls, self.job.classes).on_unknown != OnUnknown.REEXECUTE:
+        # "absent" from a lookup that cannot prove it settles nothing after a try that
+        # may have acted; before the first execution (lookup_first) the ledger's own
+        # "never ran here" stands
+        if step is not None and step.tries > 0 and not authoritative \
+                and policy_for(cls, self.job.classes).on_unknown != OnUnknown.REEXECUTE:
             raise self.block(
                 name, item, step,
                 f"the lookup found nothing, but it cannot prove {skey} never happened",
@@ -536,7 +574,8 @@ class Run:
         at once, so ``status`` shows what waits for a human.
         """
         step = self.ledger.step(self._step_key(name, item))
-        decision = self.decide(name, effect_class, item=item, has_lookup=True, step=step)
+        decision = self.decide(name, effect_class, item=item, has_lookup=True, step=step,
+                               lookup_first=False)
         if decision.action is Action.BLOCKED and self.attempt is not None \
                 and decision.state != _S.BLOCKED:
             assert decision.cause is not None
@@ -558,7 +597,7 @@ class Run:
         cls = parse_class(effect_class)
         step = self.ledger.step(self._step_key(name, item))
         decision = self.decide(name, cls, item=item, has_lookup=True,
-                               looked_up=absent is not None, step=step)
+                               looked_up=absent is not None, step=step, lookup_first=False)
         if decision.action is Action.SKIP:
             raise InvalidInput(f"step {name} of {self.key} is already done (evidence: "
                                f"{decision.evidence}); do not act again",

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .errors import Busy
 from .fsio import sha256_file
 from .ledger import AttemptRecord, Ledger, OutcomeRecord, StepRecord
+from .process import release
 from .states import BlockCause, OutcomeState, StepState
 
 if TYPE_CHECKING:
@@ -149,6 +150,7 @@ def close(run: ClosingRun, success: bool, reason: str = "") -> OutcomeRecord:
         {s.step_key: {"state": s.state, "evidence": s.evidence} for s in steps},
     )
     run.folder.close()
+    release(attempt.id)
     return out
 
 

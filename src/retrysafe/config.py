@@ -36,6 +36,7 @@ _JOB_FIELDS = frozenset(
         "description",
         "step_timeout",
         "check_timeout",
+        "keep",
     }
 )
 
@@ -79,6 +80,8 @@ class Job:
     """seconds a step's (or generator's) command may run before its process group is killed"""
     check_timeout: float | None = None
     """seconds a step's ``--check`` (or ``--validate``) command may run"""
+    keep: float | None = None
+    """seconds an outcome is kept after its last change before ``retrysafe prune`` removes it"""
 
     def resolve_params(
         self, given: Mapping[str, str], now: datetime | None = None
@@ -202,7 +205,24 @@ def parse_job(name: str, table: Mapping[str, Any]) -> Job:
         description=str(table.get("description") or ""),
         step_timeout=seconds("step_timeout"),
         check_timeout=seconds("check_timeout"),
+        keep=_keep(name, table.get("keep")),
     )
+
+
+def _keep(name: str, value: object) -> float | None:
+    """A job's ``keep`` (``"90d"``): how long ``retrysafe prune`` keeps its outcomes."""
+    if value is None:
+        return None
+    from .ages import parse_age
+    from .errors import InvalidInput
+
+    try:
+        if not isinstance(value, str):
+            raise InvalidInput("")
+        return parse_age(value)
+    except InvalidInput:
+        raise ConfigError(f"job {name!r}: 'keep' must be an age like \"90d\" (units s, m, h, d, w)"
+                          ) from None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -76,9 +77,31 @@ def _count(path: Path, key_prefix: str) -> int:
     return sum(1 for ln in lines if ln.startswith(key_prefix))
 
 
+def self_command() -> list[str]:
+    """How to run this retrysafe again from any folder: the full path of the
+    ``retrysafe`` executable that is running, else this Python with ``-m retrysafe``."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if Path(argv0).name == "retrysafe":
+        found = argv0 if os.sep in argv0 else shutil.which(argv0)
+        if found:
+            return [str(Path(found).absolute())]
+    return [sys.executable, "-m", "retrysafe"]
+
+
 def run_demo(keep: Path | None = None) -> int:
-    home = keep.absolute() if keep else Path(tempfile.mkdtemp(prefix="retrysafe-demo-"))
-    home.mkdir(parents=True, exist_ok=True)
+    """Run the demo in ``keep`` (kept), or in a temporary home removed at the end."""
+    if keep is not None:
+        home = keep.absolute()
+        home.mkdir(parents=True, exist_ok=True)
+        return _run(home, kept=True)
+    home = Path(tempfile.mkdtemp(prefix="retrysafe-demo-"))
+    try:
+        return _run(home, kept=False)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _run(home: Path, *, kept: bool) -> int:
     tools, ext = home / "tools", home / "external"
     tools.mkdir(exist_ok=True)
     ext.mkdir(exist_ok=True)
@@ -133,6 +156,12 @@ def run_demo(keep: Path | None = None) -> int:
     print(f"  {'final state':26} {state}")
     print(f"  {'verify':26} {'passed' if verify.returncode == 0 else 'FAILED'}")
     ok = ok and same and state == "done" and verify.returncode == 0
-    print(f"\n{'one outcome, as intended' if ok else 'DEMO FAILED'}; inspect with: "
-          f"RETRYSAFE_HOME={home} retrysafe history {key}")
+    verdict = "one outcome, as intended" if ok else "DEMO FAILED"
+    if kept:
+        rs = " ".join(shlex.quote(w) for w in self_command())
+        print(f"\n{verdict}; inspect with: "
+              f"RETRYSAFE_HOME={shlex.quote(str(home))} {rs} history {shlex.quote(key)}")
+    else:
+        print(f"\n{verdict}; the demo's temporary home was removed "
+              "(to look around afterwards: retrysafe demo --keep DIR)")
     return 0 if ok else 1

@@ -3,22 +3,26 @@
 The defaults follow one rule: the harder an effect is to undo, the more proof
 retrysafe wants before doing it again.
 
-=============  ========================  ===========================  ==========
-class          retry after definite      after ``unknown``            approval
+=============  ========================  =================  ==========  ============
+class          retry after definite      after ``unknown``  approval    lookup first
                failure (nothing happened)
-=============  ========================  ===========================  ==========
-read           yes                       re-execute                   no
-local_write    yes                       re-execute                   no
-git_commit     yes                       lookup required              no
-message        yes                       lookup required              no
-publish        yes                       lookup required              no
-payment        yes                       lookup required              yes
-delete         no (blocked)              lookup required              yes
-=============  ========================  ===========================  ==========
+=============  ========================  =================  ==========  ============
+read           yes                       re-execute         no          no
+local_write    yes                       re-execute         no          no
+git_commit     yes                       lookup required    no          no
+message        yes                       lookup required    no          yes
+publish        yes                       lookup required    no          yes
+payment        yes                       lookup required    yes         yes
+delete         no (blocked)              lookup required    yes         yes
+=============  ========================  =================  ==========  ============
 
 "Lookup required" means: with a lookup (a connector or a ``--check``
 command) the lookup decides; without one the step goes ``blocked`` and a
-human resolves it. Every cell can be changed per job in the config::
+human resolves it. "Lookup first": when the step has a lookup, it is asked
+before the *first* execution too, so an effect made by a lost ledger, another
+home or a run before retrysafe was adopted is found instead of repeated (one
+lookup per new step; see docs/performance.md). Every cell can be changed per
+job in the config::
 
     [jobs.pay-invoice.classes.payment]
     approval = false
@@ -59,6 +63,7 @@ class Policy:
     retry_failed: bool
     on_unknown: OnUnknown
     approval: bool
+    lookup_first: bool = False
 
 
 _C = EffectClass
@@ -66,10 +71,14 @@ DEFAULT_POLICIES: Mapping[EffectClass, Policy] = {
     _C.READ: Policy(retry_failed=True, on_unknown=OnUnknown.REEXECUTE, approval=False),
     _C.LOCAL_WRITE: Policy(retry_failed=True, on_unknown=OnUnknown.REEXECUTE, approval=False),
     _C.GIT_COMMIT: Policy(retry_failed=True, on_unknown=OnUnknown.LOOKUP, approval=False),
-    _C.MESSAGE: Policy(retry_failed=True, on_unknown=OnUnknown.LOOKUP, approval=False),
-    _C.PUBLISH: Policy(retry_failed=True, on_unknown=OnUnknown.LOOKUP, approval=False),
-    _C.PAYMENT: Policy(retry_failed=True, on_unknown=OnUnknown.LOOKUP, approval=True),
-    _C.DELETE: Policy(retry_failed=False, on_unknown=OnUnknown.LOOKUP, approval=True),
+    _C.MESSAGE: Policy(retry_failed=True, on_unknown=OnUnknown.LOOKUP, approval=False,
+                       lookup_first=True),
+    _C.PUBLISH: Policy(retry_failed=True, on_unknown=OnUnknown.LOOKUP, approval=False,
+                       lookup_first=True),
+    _C.PAYMENT: Policy(retry_failed=True, on_unknown=OnUnknown.LOOKUP, approval=True,
+                       lookup_first=True),
+    _C.DELETE: Policy(retry_failed=False, on_unknown=OnUnknown.LOOKUP, approval=True,
+                      lookup_first=True),
 }
 
 
@@ -96,11 +105,15 @@ def parse_overrides(job: str, table: Mapping[str, Any]) -> dict[EffectClass, Pol
             raise ConfigError(f"job {job!r}: classes.{cls_name} must be a table")
         policy = DEFAULT_POLICIES[cls]
         for field, value in fields.items():
-            if field in ("retry_failed", "approval"):
+            if field in ("retry_failed", "approval", "lookup_first"):
                 if not isinstance(value, bool):
                     raise ConfigError(f"job {job!r}: classes.{cls_name}.{field} must be true or false")
-                policy = (replace(policy, retry_failed=value) if field == "retry_failed"
-                          else replace(policy, approval=value))
+                if field == "retry_failed":
+                    policy = replace(policy, retry_failed=value)
+                elif field == "approval":
+                    policy = replace(policy, approval=value)
+                else:
+                    policy = replace(policy, lookup_first=value)
             elif field == "on_unknown":
                 try:
                     policy = replace(policy, on_unknown=OnUnknown(value))

@@ -13,6 +13,7 @@ steps, close-out). Most callers use :func:`start`::
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -34,6 +35,7 @@ from .errors import (
     StaleAttempt,
     unblock_command,
 )
+from .folders import AttemptFolder
 from .keys import check_key, check_name, step_ref
 from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, open_ledger
 from .process import attempt_liveness, this_holder
@@ -200,7 +202,27 @@ class Engine:
                            superseded=claim.superseded.id if claim.superseded else None)
         elif claim.status is ClaimStatus.BLOCKED:
             unblock = unblock_hint(self.ledger, claim.outcome)
+        if claim.superseded is not None:
+            self._mark_superseded(spec.name, claim.superseded)
         return Start(claim.status, key, claim.outcome, run, claim, unblock)
+
+    def _mark_superseded(self, job: str, attempt: AttemptRecord) -> None:
+        """A superseded attempt's ``status.json`` says so: its own process may never
+        write again. A nicety (the ledger is the record), so a failure is ignored."""
+        record = self.ledger.attempt(attempt.id)
+        folder = AttemptFolder(self.home, job, attempt.outcome_key, attempt.number)
+        with contextlib.suppress(RetrysafeError, OSError):
+            if folder.path.is_dir():
+                folder.write_status(attempt.id, "superseded",
+                                    reason=record.result if record else "superseded")
+
+    def break_lease(self, key: str, *, actor: str, note: str = "") -> AttemptRecord:
+        """A human ends the attempt holding ``key`` (:meth:`Ledger.break_lease`);
+        its folder's status says so."""
+        broken = self.existing_ledger().break_lease(key, actor=actor, note=note)
+        out = self.ledger.require_outcome(key)
+        self._mark_superseded(out.job, broken)
+        return broken
 
     def attach(self, attempt_id: str | None = None) -> Run:
         """The current attempt, for a step command running inside ``retrysafe run``."""

@@ -4,11 +4,26 @@ from __future__ import annotations
 
 import functools
 import os
+import weakref
 from pathlib import Path
 
 from .ledger.records import AttemptRecord, Holder
 
-__all__ = ["attempt_liveness", "holder_gone", "this_holder"]
+__all__ = ["attempt_liveness", "hold", "holder_gone", "release", "this_holder"]
+
+#: the attempts a live Run of this process works on; a Run dropped without closing
+#: (a library caller that swallowed an error) falls out by itself
+_HELD: weakref.WeakValueDictionary[str, object] = weakref.WeakValueDictionary()
+
+
+def hold(attempt_id: str, run: object) -> None:
+    """``run`` of this process works on ``attempt_id`` (for :func:`attempt_liveness`)."""
+    _HELD[attempt_id] = run
+
+
+def release(attempt_id: str) -> None:
+    """This process is done with ``attempt_id``."""
+    _HELD.pop(attempt_id, None)
 
 
 @functools.cache
@@ -121,8 +136,10 @@ def attempt_liveness(attempt: AttemptRecord, runners: list[Holder]) -> tuple[boo
     holder = attempt.holder
     if holder.host != host_id():
         return None, ""
-    alive = [h.pid for h in (holder, *runners)
-             if h.pid is not None and h.host == holder.host and not holder_gone(h)]
+    # this very process, no longer working on it (it is claiming again): not alive
+    abandoned = holder.pid == os.getpid() and attempt.id not in _HELD
+    alive = [h.pid for h in (holder, *runners) if h.pid is not None and h.host == holder.host
+             and not (h is holder and abandoned) and not holder_gone(h)]
     alive += [pid for pid in _carriers(attempt.id) if pid not in alive]
     if alive:
         return True, "still running on this host: " + ", ".join(_describe(p) for p in alive)

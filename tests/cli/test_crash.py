@@ -119,6 +119,8 @@ def test_zombie_attempt_cannot_write_or_execute_again(any_home: Home, tmp_path: 
     assert "still running on this host" in busy.stdout and "break-lease" in busy.stdout
     broken = p.home.run("break-lease", p.key, "--note", "frozen")
     assert broken.returncode == 0, broken.stdout + broken.stderr
+    first_status = p.home.path / "runs" / "content" / "content+2026-W32" / "attempt-1" / "status.json"
+    assert json.loads(first_status.read_text())["state"] == "superseded"
     second = p.run()
     assert second.returncode == 0, second.stdout + second.stderr
     os.killpg(zombie.pid, signal.SIGCONT)

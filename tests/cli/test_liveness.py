@@ -31,7 +31,8 @@ sleep "${EFFECT_SLEEP:-3}"
 echo "$RETRYSAFE_STEP_KEY" >> "$SENT"
 echo "msg-$$"
 """
-CHECK = 'grep -qx "$RETRYSAFE_STEP_KEY" "$SENT" && echo found'
+# exit 0 found, 1 absent (also before anything was ever sent), anything else ambiguous
+CHECK = 'test -f "$SENT" && grep -qx "$RETRYSAFE_STEP_KEY" "$SENT" && echo found'
 JOB = """#!/bin/sh
 exec "$RETRYSAFE_PY" -m retrysafe step send --class message --check '{check}' -- "$EFFECT"
 """

@@ -99,12 +99,16 @@ def test_step_without_lookup_after_unknown_blocks_and_resolve_unblocks(home: Hom
 
 
 def test_ambiguous_check_blocks_with_what_to_check(home: Home) -> None:
-    """A check that can't tell (exit 2) blocks instead of guessing."""
+    """A check that can't tell (exit 2) blocks instead of guessing, after an unclear
+    try and before the first execution (lookup_first) alike."""
     simple_job(home)
     rs = f"{PY} -m retrysafe"
     first = home.run("run", "report", "-p", "week=2026-W03", "--", "sh", "-c",
-                     f"{rs} step pub --class publish --check 'exit 2' -- sh -c 'exit 9'")
+                     f"{rs} step pub --class publish --check 'exit 1' -- sh -c 'exit 9'")
     assert first.returncode == 1
+    fresh = home.run("run", "report", "-p", "week=2026-W09", "--", "sh", "-c",
+                     f"{rs} step pub --class publish --check 'echo no index >&2; exit 2' -- echo p1")
+    assert fresh.returncode == 3 and "no index" in fresh.stdout
     second = home.run("run", "report", "-p", "week=2026-W03", "--", "sh", "-c",
                       f"{rs} step pub --class publish --check 'echo two drafts >&2; exit 2' -- echo p1")
     assert second.returncode == 3
@@ -119,6 +123,8 @@ def test_payment_needs_approval(home: Home, tmp_path: Path) -> None:
     first = home.run("run", "report", "-p", "week=2026-W04", "--", "sh", "-c", script)
     assert first.returncode == 3 and "approve report:2026-W04 charge" in first.stdout
     assert not paid.exists()
+    typo = home.run("approve", "report:2026-W04", "chrage")
+    assert typo.returncode == 2 and "known: charge" in typo.stderr and "--new" in typo.stderr
     assert home.run("approve", "report:2026-W04", "charge", "--note", "ok").returncode == 0
     assert home.run("run", "report", "-p", "week=2026-W04", "--", "sh", "-c", script).returncode == 0
     assert paid.read_text() == "c\n"

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from retrysafe.errors import Busy, InvalidInput, SchemaTooNew, StaleAttempt, UnknownOutcome
+from retrysafe.errors import Busy, InvalidInput, SchemaTooNew, StaleAttempt, UnknownOutcome, UnknownStep
 from retrysafe.ledger import Holder, Ledger, open_ledger
 
 H1 = Holder("host-a", 1001, "boot:1")
@@ -212,11 +212,21 @@ def test_resolve_found_and_absent(ledger: Ledger) -> None:
 
 
 def test_approve_ahead_of_the_step(ledger: Ledger) -> None:
-    """Approval can be recorded before the step first runs."""
+    """Approval can be recorded before the step first runs, but only on purpose (``new``):
+    a typo is refused naming the known steps, and a planned step can be forgotten."""
     c = claim(ledger)
     assert c.attempt is not None
-    step = ledger.approve("job:1", "charge", actor="finance", note="ok")
+    ledger.move_step(c.attempt, "job:1/send", "running", name="send", expect=[None])
+    with pytest.raises(UnknownStep, match=r"'chrage' \(known: send\).*--new"):
+        ledger.approve("job:1", "chrage", actor="finance")
+    assert ledger.step("job:1/chrage") is None
+    step = ledger.approve("job:1", "charge", actor="finance", note="ok", new=True)
     assert step.state == "planned" and step.approved_by == "finance: ok"
+    with pytest.raises(InvalidInput, match="only a planned step"):
+        ledger.forget("job:1", "send", actor="ops")
+    ledger.forget("job:1", "charge", actor="ops", note="approved the wrong step")
+    assert ledger.step("job:1/charge") is None
+    assert any(e.kind == "forget" and "wrong step" in e.reason for e in ledger.history("job:1"))
 
 
 def test_retry_refuses_while_a_step_is_blocked(ledger: Ledger) -> None:

@@ -36,6 +36,7 @@ _COMMANDS: dict[str, str] = {
     "approve": "human:approve",
     "retry": "human:retry",
     "break-lease": "lease:break_lease",
+    "forget": "human:forget",
     "jobs": "jobs:jobs",
     "job": "jobs:job",
     "migrate": "admin:migrate",
@@ -50,6 +51,11 @@ _COMMANDS: dict[str, str] = {
     "block": "agent:block",
     "close": "agent:close",
     "openclaw": "openclaw:openclaw",
+    "needs-attention": "attention:needs_attention",
+    "prune": "retention:prune",
+    "export": "transfer:export",
+    "import": "transfer:import_",
+    "completion": "completion:completion",
 }
 
 

@@ -26,10 +26,12 @@ from ._common import params_option, state
               help="Longest one run may take.")
 @click.option("--json", "json_file", metavar="FILE", help="Write the full report as JSON.")
 @click.option("--id", "drill_id", metavar="ID", help="Drill id (default: random).")
-@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("--cleanup", is_flag=True,
+              help="Remove JOB's drill trials (outcomes, history, folders) instead; no CMD.")
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def drill(job_name: str, params: tuple[str, ...], points: str, only: tuple[str, ...],
           max_reruns: int, timeout: float, json_file: str | None, drill_id: str | None,
-          cmd: tuple[str, ...]) -> None:
+          cleanup: bool, cmd: tuple[str, ...]) -> None:
     """Crash JOB at every crash point and check each effect happened exactly once.
 
     \b
@@ -43,12 +45,26 @@ def drill(job_name: str, params: tuple[str, ...], points: str, only: tuple[str, 
 
     \b
     Drills perform REAL effects: point the job at test targets.
+    Trials are hidden from 'retrysafe ls' (--drills shows them);
+    'retrysafe drill JOB --cleanup' removes them.
 
     \b
     Example:
       retrysafe drill content -p week=2026-W32 --points seed --json drill.json -- ./pipeline.sh
     """
     engine = state().engine
+    if cleanup:
+        if cmd:
+            raise click.UsageError("--cleanup takes no CMD")
+        from ..housekeeping import prune
+
+        pruned = prune(engine, older_than=None, job=job_name, drills=True)
+        click.echo(f"removed {pruned.outcomes} drill trials of {job_name} ({pruned.attempts} "
+                   f"attempts, {pruned.steps} steps, {pruned.events} history rows, "
+                   f"{pruned.folders} folders)")
+        return
+    if not cmd:
+        raise click.UsageError("Missing argument 'CMD...'.")
 
     def progress(line: str) -> None:
         click.echo(f"drill: {line}", err=True)

@@ -37,15 +37,18 @@ def resolve(key: str, step_name: str, found: str | None, absent: bool, note: str
 @click.command()
 @key_and_step
 @click.option("--note", default="", help="Why (kept in the history).")
+@click.option("--new", is_flag=True,
+              help="The outcome has not recorded this step yet: approve it ahead of its first run.")
 @json_option
-def approve(key: str, step_name: str, note: str, as_json: bool) -> None:
+def approve(key: str, step_name: str, note: str, new: bool, as_json: bool) -> None:
     """Record authority for a step whose class needs approval (payment, delete).
 
     \b
     Example:
       retrysafe approve invoice:2026-11 charge --note "checked amount with finance"
     """
-    got = state().engine.existing_ledger().approve(key, step_name, actor=actor(), note=note)
+    got = state().engine.existing_ledger().approve(key, step_name, actor=actor(), note=note,
+                                                    new=new)
     if as_json:
         emit_json(got.to_json())
     else:
@@ -68,3 +71,21 @@ def retry(key: str, note: str, as_json: bool) -> None:
         emit_json(out.to_json())
     else:
         click.echo(f"{out.state}: {key}: {out.reason}")
+
+
+@click.command()
+@key_and_step
+@click.option("--note", default="", help="Why (kept in the history).")
+@json_option
+def forget(key: str, step_name: str, note: str, as_json: bool) -> None:
+    """Withdraw a planned step that never ran (approved ahead, or by mistake).
+
+    \b
+    Example:
+      retrysafe forget invoice:2026-11 chrage --note "typo in approve"
+    """
+    got = state().engine.existing_ledger().forget(key, step_name, actor=actor(), note=note)
+    if as_json:
+        emit_json(got.to_json())
+    else:
+        click.echo(f"forgotten: step {got.name} of {key}")

@@ -25,7 +25,7 @@ def break_lease(key: str, note: str, as_json: bool) -> None:
     Example:
       retrysafe break-lease weekly-ops-report:2026-W32 --note "pid 4121 hung on SMTP"
     """
-    got = state().engine.ledger.break_lease(key, actor=actor(), note=note)
+    got = state().engine.break_lease(key, actor=actor(), note=note)
     if as_json:
         emit_json(got.to_json())
     else:

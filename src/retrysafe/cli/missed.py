@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import click
 
-from ..errors import ConfigError, InvalidInput
+from ..errors import EXIT_FAILED, ConfigError, InvalidInput
 from ..keys import parse_assignments
 from ..schedule import Schedule
 from ._common import emit_json, json_option, params_option, state, table
 
 __all__ = ["missed"]
+
+#: states of an occurrence that is not missed: done, or still in progress
+_NOT_MISSED = frozenset({"done", "running", "generated", "delivered"})
 
 
 def _instant(text: str, schedule: Schedule, what: str) -> datetime:
@@ -33,14 +37,19 @@ def _instant(text: str, schedule: Schedule, what: str) -> datetime:
 @click.option("--until", metavar="DATE", help="Last instant to look at (default: now).")
 @params_option("The job's other parameters, if it has any besides the occurrence.")
 @click.option("--all", "show_all", is_flag=True, help="List done occurrences too.")
+@click.option("--fail-if-missing", is_flag=True,
+              help="Exit 1 when an occurrence is missed (for monitoring); default: exit 0.")
 @json_option
 def missed(
-    job_name: str, since: str, until: str | None, params: tuple[str, ...], show_all: bool, as_json: bool
+    job_name: str, since: str, until: str | None, params: tuple[str, ...], show_all: bool,
+    fail_if_missing: bool, as_json: bool
 ) -> None:
     """List the scheduled occurrences of JOB since DATE that are not done.
 
     Each line gives the occurrence, its outcome key and what the ledger knows
     (missing: never ran). Backfill one with the line printed at the end.
+    With --fail-if-missing, exit 1 when an occurrence never ran or did not
+    get done (one still in progress does not count).
 
     \b
     Example:
@@ -69,9 +78,10 @@ def missed(
             rows.append(
                 {"occurrence": text, "key": key, "state": status, "reason": out.reason if out else ""}
             )
+    code = EXIT_FAILED if fail_if_missing and any(r["state"] not in _NOT_MISSED for r in rows) else 0
     if as_json:
         emit_json(rows)
-        return
+        sys.exit(code)
     if not rows:
         click.echo(f"nothing missed: every occurrence of {job_name} since {since} is done")
         return
@@ -83,3 +93,4 @@ def missed(
         extra = "".join(f" -p {quote(f'{k}={v}')}" for k, v in given.items())
         occurrence = quote(f"{name}={first['occurrence']}")
         click.echo(f"backfill: retrysafe run {quote(job_name)}{extra} -p {occurrence} -- CMD")
+    sys.exit(code)

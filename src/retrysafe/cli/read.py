@@ -80,8 +80,12 @@ def status(key: str, as_json: bool) -> None:
 @click.option("--state", "state_name", metavar="STATE", help="Only outcomes in this state.")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1),
               help="At most this many.")
+@click.option("--drills", is_flag=True, help="Include drill trials (keys with ~), hidden by default.")
+@click.option("--attention", is_flag=True,
+              help="Only what waits for a human, oldest first (as 'retrysafe needs-attention').")
 @json_option
-def ls(job_name: str | None, state_name: str | None, limit: int, as_json: bool) -> None:
+def ls(job_name: str | None, state_name: str | None, limit: int, drills: bool, attention: bool,
+       as_json: bool) -> None:
     """List outcomes, newest first.
 
     \b
@@ -91,7 +95,14 @@ def ls(job_name: str | None, state_name: str | None, limit: int, as_json: bool) 
     if state_name is not None and state_name not in tuple(OutcomeState):
         raise InvalidInput(f"unknown state {state_name!r} (states: "
                            f"{', '.join(s.value for s in OutcomeState)})")
-    outs = state().engine.existing_ledger().outcomes(job=job_name, state=state_name, limit=limit)
+    if attention:
+        from ..housekeeping import needs_attention
+        from .attention import show
+
+        show(needs_attention(state().engine, drills=drills), as_json)
+        return
+    outs = state().engine.existing_ledger().listed(job=job_name, state=state_name, limit=limit,
+                                                   drills=drills)
     if as_json:
         emit_json([o.to_json() for o in outs])
         return

@@ -12,13 +12,14 @@ from ..states import STEP_TRANSITIONS, AttemptState, BlockCause, OutcomeState, S
 from .backend import Tx
 from .core import LedgerCore
 from .records import AttemptRecord, OutcomeRecord, StepRecord, step_from_row
+from .retention import Retention
 
 __all__ = ["Ledger"]
 
 _O, _S = OutcomeState, StepState
 
 
-class Ledger(LedgerCore):
+class Ledger(Retention, LedgerCore):
     """The durable record of outcomes. Open one with :func:`retrysafe.ledger.open_ledger`."""
 
     def __enter__(self) -> Ledger:
@@ -106,9 +107,14 @@ class Ledger(LedgerCore):
             return got
 
     def approve(
-        self, key: str, step_name: str, *, actor: str, note: str = ""
+        self, key: str, step_name: str, *, actor: str, note: str = "", new: bool = False
     ) -> StepRecord:
-        """Record authority for a step that needs approval (payment, delete)."""
+        """Record authority for a step that needs approval (payment, delete).
+
+        A step the outcome has never recorded is approved only with ``new``
+        (ahead of its first run): a typo must not plant a step every later
+        run then waits for.
+        """
         with self.backend.transaction() as tx:
             out = self._require_locked(tx, key)
             if out.state == _O.DONE:
@@ -121,6 +127,14 @@ class Ledger(LedgerCore):
                 (key, step_name, step_name),
             )
             if existing is None:
+                if not new:
+                    known = [r["name"] for r in tx.rows(
+                        "SELECT DISTINCT name FROM rs_steps WHERE outcome_key = ? ORDER BY name",
+                        (key,))]
+                    raise UnknownStep(
+                        f"outcome {key} has no step {step_name!r} (known: "
+                        f"{', '.join(known) or 'none yet'}); to approve a step ahead of its first "
+                        "run, add --new", key=key, step=step_name)
                 # approving ahead of the first run: the step does not exist yet
                 check_name("step", step_name)
                 skey = step_key(key, step_name)
@@ -148,6 +162,22 @@ class Ledger(LedgerCore):
             got = self._lock_step(tx, step.step_key)
             assert got is not None
             return got
+
+    def forget(self, key: str, step_name: str, *, actor: str, note: str = "") -> StepRecord:
+        """Withdraw a ``planned`` step (one approved ahead of its first run, or by
+        mistake): it never ran, so removing it loses nothing; the history keeps it."""
+        with self.backend.transaction() as tx:
+            _, step = self._human_step(tx, key, step_name)
+            if step.state != _S.PLANNED or step.attempt_id is not None:
+                raise InvalidInput(f"step {step.name} of {key} is {step.state}"
+                                   + (" and was tried" if step.attempt_id else "")
+                                   + ": only a planned step that never ran can be forgotten",
+                                   key=key, step=step.name, state=step.state)
+            tx.run("DELETE FROM rs_steps WHERE step_key = ?", (step.step_key,))
+            reason = f"forgotten by {actor}" + (f": {note}" if note else "")
+            self._log(tx, key, kind="forget", step_key=step.step_key, frm=step.state, to="forgotten",
+                      actor=actor, reason=reason)
+            return step
 
     def break_lease(self, key: str, *, actor: str, note: str = "") -> AttemptRecord:
         """A human ends the attempt holding ``key``, alive or not (a stuck or frozen

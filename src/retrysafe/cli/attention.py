@@ -1,0 +1,59 @@
+"""``retrysafe needs-attention``: every outcome that waits for a human, and what settles it."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import EXIT_FAILED
+from ..housekeeping import Attention
+from ..housekeeping import needs_attention as find
+from ..timefmt import when
+from ._common import emit_json, json_option, state
+
+__all__ = ["needs_attention", "show"]
+
+
+def show(items: list[Attention], as_json: bool) -> None:
+    """The waiting outcomes, oldest first: one block each, or JSON."""
+    if as_json:
+        emit_json([i.to_json() for i in items])
+        return
+    if not items:
+        click.echo("nothing needs attention")
+        return
+    for i in items:
+        click.echo(f"{i.key}  {i.state}{f' ({i.cause})' if i.cause else ''}  since {when(i.since)}"
+                   f"  job {i.job}")
+        if i.reason:
+            click.echo(f"  reason  {i.reason}")
+        for s in i.steps:
+            click.echo(f"  step    {s['step']} {s['state']}"
+                       + (f" ({s['cause']})" if s["cause"] else "")
+                       + (f": {s['reason']}" if s["reason"] else ""))
+        click.echo(f"  settle  {i.unblock}")
+    click.echo(f"{len(items)} outcome{'s' if len(items) != 1 else ''} need{'s' if len(items) == 1 else ''} "
+               "attention")
+
+
+@click.command("needs-attention")
+@click.option("--fail-if-any", is_flag=True,
+              help="Exit 1 when anything waits (for monitoring); default: exit 0.")
+@click.option("--drills", is_flag=True, help="Include drill trials (keys with ~).")
+@json_option
+def needs_attention(fail_if_any: bool, drills: bool, as_json: bool) -> None:
+    """List every outcome that waits for a human, oldest first, with the command that settles it.
+
+    Blocked outcomes (an approval, an ambiguous lookup, the attempt limit...)
+    and unknown ones no live attempt is settling. Exit 0, or with
+    --fail-if-any exit 1 when the list is not empty.
+
+    \b
+    Example:
+      retrysafe needs-attention --fail-if-any || notify-me
+    """
+    items = find(state().engine, drills=drills)
+    show(items, as_json)
+    if fail_if_any and items:
+        sys.exit(EXIT_FAILED)

@@ -1,0 +1,75 @@
+"""``retrysafe export`` / ``retrysafe import``: a whole ledger as JSON lines."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from ..errors import InvalidInput
+from ..ledger import transfer
+from ._common import emit_json, json_option, state
+
+__all__ = ["export", "import_"]
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.jsonl")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+@json_option
+def export(file: Path, force: bool, as_json: bool) -> None:
+    """Write every row of the ledger (outcomes, attempts, steps, history) to FILE.
+
+    One consistent read; FILE is written beside itself and renamed into
+    place, 0600. Load it with 'retrysafe import' into another ledger.
+
+    \b
+    Example:
+      retrysafe export ledger.jsonl
+      RETRYSAFE_LEDGER=postgresql://retrysafe@db/ops retrysafe import ledger.jsonl
+    """
+    if file.exists() and not force:
+        raise InvalidInput(f"{file} exists; add --force to overwrite it")
+    ledger = state().engine.existing_ledger()
+    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+    try:
+        with transfer.open_private(tmp, append=False) as fh:
+            n = transfer.write_lines(fh, transfer.dump(ledger))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, file)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InvalidInput(f"cannot write {file}: {exc.strerror or exc}") from None
+    if as_json:
+        emit_json({"file": str(file), "rows": n - 1, "ledger": ledger.url})
+    else:
+        click.echo(f"exported {n - 1} rows from {ledger.url} to {file}")
+
+
+@click.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE.jsonl")
+@click.option("--merge", is_flag=True,
+              help="Add to a ledger that already holds outcomes (refused on any shared key).")
+@json_option
+def import_(file: Path, merge: bool, as_json: bool) -> None:
+    """Load FILE (from 'retrysafe export' or 'prune --export') into the ledger, all or nothing.
+
+    Refused when the ledger holds anything, unless --merge; with --merge,
+    refused when any outcome, attempt or step is already there.
+
+    \b
+    Example:
+      RETRYSAFE_LEDGER=postgresql://retrysafe@db/ops retrysafe import ledger.jsonl
+    """
+    ledger = state().engine.ledger
+    loaded = transfer.load(ledger, transfer.read_file(file), merge=merge)
+    c = loaded.counts
+    if as_json:
+        emit_json({"file": str(file), "ledger": ledger.url, "merge": merge,
+                   "outcomes": c["rs_outcomes"], "attempts": c["rs_attempts"],
+                   "steps": c["rs_steps"], "history": c["rs_events"]})
+    else:
+        click.echo(f"imported {c['rs_outcomes']} outcomes, {c['rs_attempts']} attempts, "
+                   f"{c['rs_steps']} steps, {c['rs_events']} history rows into {ledger.url}")

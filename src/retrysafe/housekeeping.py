@@ -1,0 +1,177 @@
+"""Operating a home: what waits for a human, and pruning old outcomes with their folders.
+
+The ledger decides (:class:`retrysafe.ledger.retention.Retention`); this adds
+what a person needs around it: the command that settles each waiting outcome
+(:func:`retrysafe.engine.unblock_hint`, :func:`retrysafe.errors.unblock_command`),
+the jobs' ``keep`` settings, and the ``runs/`` folders of pruned outcomes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import InvalidInput, command_line, unblock_command
+from .keys import step_ref
+from .states import BlockCause, OutcomeState
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .ledger.retention import OnBatch
+
+__all__ = ["Attention", "Pruned", "iso", "needs_attention", "prune"]
+
+
+def iso(ts: float | None) -> str | None:
+    """A time in JSON: ISO 8601, UTC."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Attention:
+    """An outcome that waits for a human: why, and the command that settles it."""
+
+    key: str
+    job: str
+    state: str
+    cause: str
+    reason: str
+    since: float
+    unblock: str
+    steps: list[dict[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "job": self.job, "state": self.state, "cause": self.cause,
+                "reason": self.reason, "since": iso(self.since), "unblock": self.unblock,
+                "steps": self.steps}
+
+
+def needs_attention(engine: Engine, *, drills: bool = False) -> list[Attention]:
+    """Every outcome that waits for a human, oldest first (see :meth:`Retention.needs_attention`)."""
+    from .engine import unblock_hint
+
+    ledger = engine.existing_ledger()
+    found = []
+    for waiting in ledger.needs_attention(drills=drills):
+        out = waiting.outcome
+        steps = [{"step": step_ref(out.key, s.name, s.item), "state": s.state, "cause": s.cause,
+                  "reason": s.reason} for s in waiting.steps]
+        if out.state == OutcomeState.BLOCKED:
+            hint = unblock_hint(ledger, out)
+        else:
+            # unknown: a step that may have acted is settled by a human who looked,
+            # or by a re-run whose lookup decides
+            step = next((s for s in waiting.steps if s.state != "blocked"), None)
+            hint = (unblock_command(BlockCause.AMBIGUOUS, out.key,
+                                    step_ref(out.key, step.name, step.item))
+                    if step else command_line("status", out.key))
+        found.append(Attention(out.key, out.job, out.state, out.cause, out.reason, out.updated_at,
+                               hint, steps))
+    return found
+
+
+@dataclass
+class Pruned:
+    """What a prune removed (or would remove)."""
+
+    outcomes: int = 0
+    attempts: int = 0
+    steps: int = 0
+    events: int = 0
+    folders: int = 0
+    kept_folders: list[str] = field(default_factory=list)
+    """folders that could not be removed (a link, a permission): named, left alone"""
+    keys: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"outcomes": self.outcomes, "attempts": self.attempts, "steps": self.steps,
+                "history": self.events, "folders": self.folders,
+                "kept_folders": self.kept_folders, "keys": self.keys}
+
+
+def prune(engine: Engine, *, older_than: str | None, states: Sequence[str] = (),
+          job: str | None = None, drills: bool = False, dry_run: bool = False,
+          export: Path | None = None) -> Pruned:
+    """Prune the ledger (:meth:`Retention.prune`) and the pruned outcomes' ``runs/`` folders.
+
+    Without ``older_than`` each job keeps its outcomes for its ``keep`` (jobs
+    without one are left alone), unless ``drills``, which then removes every
+    drill trial. ``export`` appends the removed rows, before they are removed,
+    as ``retrysafe export`` writes them (so ``retrysafe import --merge`` brings
+    them back).
+    """
+    from .ages import parse_age
+    from .ledger.transfer import header, open_private, write_lines
+
+    age = parse_age(older_than, "--older-than") if older_than is not None else None
+    keep = {name: j.keep for name, j in engine.config.jobs.items() if j.keep is not None}
+    if job is not None:
+        engine.config.job(job)  # an unknown job is refused, not silently matched by nothing
+        keep = {k: v for k, v in keep.items() if k == job}
+    if age is None and not keep and not drills:
+        raise InvalidInput("nothing says what is old: give --older-than AGE (e.g. 90d), or set "
+                           "keep = \"90d\" in a job's [jobs.NAME] table")
+    ledger = engine.existing_ledger()
+    on_batch: OnBatch | None = None
+    fh = None
+    if export is not None and not dry_run:
+        try:
+            fh = open_private(export, append=True)
+        except OSError as exc:
+            raise InvalidInput(f"cannot write {export}: {exc.strerror or exc}") from None
+        opened = fh
+
+        def on_batch(rows: dict[str, list[dict[str, Any]]]) -> None:
+            import os
+
+            write_lines(opened, [header(ledger)] + [{"table": t, "row": r}
+                                                     for t, rs in rows.items() for r in rs])
+            opened.flush()
+            os.fsync(opened.fileno())
+
+    try:
+        result = ledger.prune(older_than=age, keep=keep, states=states, job=job, drills=drills,
+                              dry_run=dry_run, on_batch=on_batch)
+    finally:
+        if fh is not None:
+            fh.close()
+    c = result.counts
+    pruned = Pruned(outcomes=c["rs_outcomes"], attempts=c["rs_attempts"], steps=c["rs_steps"],
+                    events=c["rs_events"], keys=[k for _, k in result.outcomes])
+    for job_name, key in result.outcomes:
+        _remove_folder(engine.home, job_name, key, pruned, dry_run)
+    return pruned
+
+
+def _remove_folder(home: Path, job: str, key: str, pruned: Pruned, dry_run: bool) -> None:
+    """The outcome's ``runs/`` folder, removed unless a link is on the way (never followed)."""
+    from .folders import outcome_dir
+
+    try:
+        path = outcome_dir(home, job, key)
+    except InvalidInput:
+        return
+    runs = path.parent.parent
+    if any(p.is_symlink() for p in (runs, path.parent, path)):
+        pruned.kept_folders.append(str(path))
+        return
+    if not path.is_dir():
+        return
+    if dry_run:
+        pruned.folders += 1
+        return
+    try:
+        shutil.rmtree(path)
+    except OSError:
+        pruned.kept_folders.append(str(path))
+        return
+    pruned.folders += 1
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()  # the job's folder, once its last outcome is gone
