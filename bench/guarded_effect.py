@@ -266,7 +266,7 @@ def anatomy(n: int, workdir: Path) -> dict[str, dict[str, float]]:
         stack.enter_context(_counting_fsyncs(counting))
         with retrysafe.start("bench", {"run": "r"}, home=home, heartbeat=False) as run:
             run.effect("warm", "local_write", execute=_execute)
-            backend: Any = run.engine.ledger.backend
+            backend: Any = run.ledger.backend
             conn = backend._conn()  # the SQLite connection this thread's transactions use
             before = conn.execute("SELECT COUNT(*) FROM rs_events").fetchone()[0]
             conn.set_trace_callback(lib.statement)
