@@ -62,3 +62,35 @@ def test_job_without_schedule_is_a_config_error(weekly: Home) -> None:
     done = weekly.run("missed", "adhoc", "--since", "2026-11-01")
     assert done.returncode == 2
     assert "no schedule" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("schedule", "tz", "since", "until", "expected"),
+    [
+        ("30 2 * * *", "Europe/Warsaw", "2026-03-28", "2026-03-30",
+         ["2026-03-28T0230", "2026-03-30T0230"]),
+        ("0 * * * *", "Europe/Warsaw", "2026-10-25T01:00", "2026-10-25T03:00",
+         ["2026-10-25T0100", "2026-10-25T0200", "2026-10-25T0300"]),
+        ("0 2 * * *", "America/New_York", "2026-03-07", "2026-03-09",
+         ["2026-03-07T0200", "2026-03-09T0200"]),
+        ("*/30 * * * *", "America/New_York", "2026-11-01T00:30", "2026-11-01T02:00",
+         ["2026-11-01T0030", "2026-11-01T0100", "2026-11-01T0130", "2026-11-01T0200"]),
+    ],
+)
+def test_missed_lists_only_what_openclaw_fires_on_dst_days(
+    home: Home, schedule: str, tz: str, since: str, until: str, expected: list[str]
+) -> None:
+    """No phantom run in a skipped hour, no second reading of a repeated one."""
+    home.path.mkdir(parents=True, exist_ok=True)
+    home.config(
+        f"""
+        [jobs.dst]
+        key = "dst:{{occurrence}}"
+        schedule = "{schedule}"
+        tz = "{tz}"
+        params = {{ occurrence = "occurrence" }}
+        """
+    )
+    done = home.run("missed", "dst", "--since", since, "--until", until, "--json")
+    assert done.returncode == 0, done.stderr
+    assert [r["occurrence"] for r in json.loads(done.stdout)] == expected

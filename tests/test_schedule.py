@@ -67,65 +67,116 @@ def test_time_zone_defaults_to_utc_not_the_machine(monkeypatch: pytest.MonkeyPat
 
 
 def test_canonical_form_is_key_friendly() -> None:
-    """Canonical occurrences use only letters, digits, '-' and '_' (no ':' or '+')."""
+    """Canonical occurrences use only digits, '-' and 'T' (no ':' or '+')."""
     text = resolve_occurrence(WEEKLY, WARSAW, None, utc(2026, 12, 8))
-    assert re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{4}(_2)?", text)
+    assert re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{4}", text)
 
 
-# --- daylight saving time (Europe/Warsaw) ----------------------------------------------
+# --- daylight saving time: OpenClaw's scheduler (croner) ---------------------------------
+#
+# A wall-clock time that does not exist is skipped; a repeated one fires once, at its
+# first reading. Each row: schedule, zone, local window (inclusive), the occurrences.
+
+NEW_YORK = "America/New_York"
+
+DST_TABLE = [
+    # spring forward, Warsaw 2026-03-29 02:00 -> 03:00
+    ("30 2 * * *", WARSAW, "2026-03-28T00:00", "2026-03-30T23:59",
+     ["2026-03-28T0230", "2026-03-30T0230"]),
+    ("0,30 2 * * *", WARSAW, "2026-03-29T00:00", "2026-03-29T23:59", []),
+    ("0 * * * *", WARSAW, "2026-03-29T00:00", "2026-03-29T04:00",
+     ["2026-03-29T0000", "2026-03-29T0100", "2026-03-29T0300", "2026-03-29T0400"]),
+    ("*/20 * * * *", WARSAW, "2026-03-29T01:30", "2026-03-29T03:30",
+     ["2026-03-29T0140", "2026-03-29T0300", "2026-03-29T0320"]),
+    ("30 2 * * 0", WARSAW, "2026-03-22T00:00", "2026-04-05T23:59",
+     ["2026-03-22T0230", "2026-04-05T0230"]),
+    # fall back, Warsaw 2026-10-25 03:00 -> 02:00
+    ("30 2 * * *", WARSAW, "2026-10-24T00:00", "2026-10-26T23:59",
+     ["2026-10-24T0230", "2026-10-25T0230", "2026-10-26T0230"]),
+    ("0 * * * *", WARSAW, "2026-10-25T01:00", "2026-10-25T03:00",
+     ["2026-10-25T0100", "2026-10-25T0200", "2026-10-25T0300"]),
+    ("*/20 * * * *", WARSAW, "2026-10-25T01:40", "2026-10-25T03:00",
+     ["2026-10-25T0140", "2026-10-25T0200", "2026-10-25T0220", "2026-10-25T0240",
+      "2026-10-25T0300"]),
+    ("30 2 * * 0", WARSAW, "2026-10-18T00:00", "2026-11-01T23:59",
+     ["2026-10-18T0230", "2026-10-25T0230", "2026-11-01T0230"]),
+    # spring forward, New York 2026-03-08 02:00 -> 03:00
+    ("30 2 * * *", NEW_YORK, "2026-03-07T00:00", "2026-03-09T23:59",
+     ["2026-03-07T0230", "2026-03-09T0230"]),
+    ("0 * * * *", NEW_YORK, "2026-03-08T01:00", "2026-03-08T03:00",
+     ["2026-03-08T0100", "2026-03-08T0300"]),
+    ("*/30 * * * *", NEW_YORK, "2026-03-08T01:00", "2026-03-08T03:30",
+     ["2026-03-08T0100", "2026-03-08T0130", "2026-03-08T0300", "2026-03-08T0330"]),
+    ("0 2 * * 0", NEW_YORK, "2026-03-01T00:00", "2026-03-15T23:59",
+     ["2026-03-01T0200", "2026-03-15T0200"]),
+    # fall back, New York 2026-11-01 02:00 -> 01:00
+    ("30 1 * * *", NEW_YORK, "2026-10-31T00:00", "2026-11-02T23:59",
+     ["2026-10-31T0130", "2026-11-01T0130", "2026-11-02T0130"]),
+    ("0 * * * *", NEW_YORK, "2026-11-01T00:00", "2026-11-01T02:00",
+     ["2026-11-01T0000", "2026-11-01T0100", "2026-11-01T0200"]),
+    ("*/30 * * * *", NEW_YORK, "2026-11-01T00:30", "2026-11-01T02:00",
+     ["2026-11-01T0030", "2026-11-01T0100", "2026-11-01T0130", "2026-11-01T0200"]),
+    ("30 1 * * 0", NEW_YORK, "2026-10-25T00:00", "2026-11-08T23:59",
+     ["2026-10-25T0130", "2026-11-01T0130", "2026-11-08T0130"]),
+]
 
 
-def test_spring_forward_fixed_time_runs_once_after_the_gap() -> None:
-    """02:30 does not exist on 2026-03-29 in Warsaw: the run is 03:00, once."""
-    got = texts("30 2 * * *", WARSAW, utc(2026, 3, 28), utc(2026, 3, 31))
-    assert got == ["2026-03-28T0230", "2026-03-29T0300", "2026-03-30T0230"]
-    # A retry at 03:10 summer time belongs to that 03:00 run.
+@pytest.mark.parametrize(("schedule", "tz", "start", "end", "expected"), DST_TABLE)
+def test_dst_days_follow_openclaws_scheduler(
+    schedule: str, tz: str, start: str, end: str, expected: list[str]
+) -> None:
+    """Skipped wall times have no occurrence; a repeated one has one, at its first reading."""
+    parsed = Schedule.parse(schedule, tz)
+    first = datetime.fromisoformat(start).replace(tzinfo=parsed.zone)
+    last = datetime.fromisoformat(end).replace(tzinfo=parsed.zone)
+    got = parsed.between(first, last)
+    assert [parsed.format(o) for o in got] == expected
+    # each is its wall clock's first reading, and listing agrees with stepping
+    for occ in got:
+        assert occ.astimezone(UTC) == occ.replace(fold=0).astimezone(UTC)
+        assert parsed.is_occurrence(occ)
+    stepped = [parsed.next_after(first - timedelta(seconds=1))] if got else []
+    while stepped and len(stepped) < len(got):
+        stepped.append(parsed.next_after(stepped[-1]))
+    assert [o.astimezone(UTC) for o in stepped] == [o.astimezone(UTC) for o in got]
+
+
+def test_spring_forward_retry_in_summer_time_belongs_to_the_last_real_run() -> None:
+    """On the spring-forward day a 02:30 job has no run; a run at 03:10 keys to the day before."""
     assert resolve_occurrence("30 2 * * *", WARSAW, None, utc(2026, 3, 29, 1, 10)) == (
-        "2026-03-29T0300"
+        "2026-03-28T0230"
     )
 
 
-def test_spring_forward_collapsed_times_share_one_occurrence() -> None:
-    """02:00 and 02:30 both fall in the gap; they become a single 03:00 occurrence."""
-    got = texts("0,30 2 * * *", WARSAW, utc(2026, 3, 28, 12), utc(2026, 3, 29, 12))
-    assert got == ["2026-03-29T0300"]
-
-
-def test_fall_back_fixed_time_runs_once_at_first_reading() -> None:
-    """02:30 happens twice on 2026-10-25; a fixed-time job runs at the first (summer) one."""
-    got = occurrences_between("30 2 * * *", WARSAW, utc(2026, 10, 24), utc(2026, 10, 27))
-    assert [o.astimezone(UTC) for o in got] == [
-        utc(2026, 10, 24, 0, 30),
-        utc(2026, 10, 25, 0, 30),  # 02:30+02:00
-        utc(2026, 10, 26, 1, 30),
-    ]
-    # A retry during the second 02:30 still belongs to that run, not the day before.
-    during_second = utc(2026, 10, 25, 1, 40)
+def test_fall_back_retry_during_second_reading_keys_to_the_first() -> None:
+    """A retry during the second 02:30 belongs to the one 02:30 run (its first reading)."""
+    during_second = utc(2026, 10, 25, 1, 40)  # 02:40+01:00
     assert resolve_occurrence("30 2 * * *", WARSAW, None, during_second) == "2026-10-25T0230"
+    # an every-20-minutes job: the second reading's 02:20 is not a run; the last
+    # first-reading run of the repeated hour (02:40+02:00) is.
+    assert resolve_occurrence("*/20 * * * *", WARSAW, None, utc(2026, 10, 25, 1, 25)) == (
+        "2026-10-25T0240"
+    )
+    assert next_occurrence("*/20 * * * *", WARSAW, utc(2026, 10, 25, 1, 25)).astimezone(UTC) == (
+        utc(2026, 10, 25, 2)  # 03:00+01:00
+    )
 
 
-def test_fall_back_hourly_has_two_readings_with_distinct_keys() -> None:
-    """An hourly job fires at both 02:00 readings; the second key carries '_2'."""
-    got = texts("0 * * * *", WARSAW, utc(2026, 10, 24, 23), utc(2026, 10, 25, 2))
-    assert got == ["2026-10-25T0100", "2026-10-25T0200", "2026-10-25T0200_2", "2026-10-25T0300"]
-    second = utc(2026, 10, 25, 1)
-    # Compared in UTC: Python never finds a second reading (fold=1) equal across zones.
-    assert parse_occurrence("0 * * * *", WARSAW, "2026-10-25T0200_2").astimezone(UTC) == second
-    assert parse_occurrence("0 * * * *", WARSAW, "2026-10-25T02:00+01:00").astimezone(UTC) == second
-    # Without a suffix or offset, a local time means the first reading.
+def test_second_reading_is_refused_as_a_backfill() -> None:
+    """'_2' and an offset naming the second reading are refused with the first reading."""
+    with pytest.raises(InvalidParameter, match=r"runs once.*use 2026-10-25T0200"):
+        parse_occurrence("0 * * * *", WARSAW, "2026-10-25T0200_2")
+    with pytest.raises(InvalidParameter, match="not a scheduled time"):
+        parse_occurrence("0 * * * *", WARSAW, "2026-10-25T02:00+01:00")
     first = parse_occurrence("0 * * * *", WARSAW, "2026-10-25T02:00")
     assert first.astimezone(UTC) == utc(2026, 10, 25, 0)
 
 
-def test_spring_forward_hourly_skips_the_missing_hour() -> None:
-    """An hourly job has no 02:00 on 2026-03-29 in Warsaw."""
-    got = texts("0 * * * *", WARSAW, utc(2026, 3, 28, 23), utc(2026, 3, 29, 2))
-    assert got == ["2026-03-29T0000", "2026-03-29T0100", "2026-03-29T0300", "2026-03-29T0400"]
-
-
 def test_nonexistent_local_time_is_refused_with_nearest() -> None:
-    """A backfill naming 02:30 on the spring-forward day says the time does not exist."""
-    with pytest.raises(InvalidParameter, match=r"does not exist.*2026-03-29T0300 \(after\)"):
+    """A backfill naming 02:30 on the spring-forward day says the time never runs."""
+    with pytest.raises(
+        InvalidParameter, match=r"does not exist.*never runs.*2026-03-30T0230 \(after\)"
+    ):
         parse_occurrence("30 2 * * *", WARSAW, "2026-03-29T02:30")
 
 

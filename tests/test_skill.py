@@ -277,7 +277,17 @@ def test_cron_command_line_uses_the_jobs_schedule_and_absolute_paths(tmp_path: P
     assert "--no-deliver" in argv
     inner = shlex.split(argv[argv.index("--command") + 1])
     assert Path(inner[0]).is_absolute()
-    assert inner[-7:] == ["--home", str(home), "run", "weekly-ops-report", "--", "/srv/send.sh", "-v"]
+    assert inner[-8:] == [
+        "--home", str(home), "openclaw", "run", "weekly-ops-report", "--", "/srv/send.sh", "-v",
+    ]
+    assert Path(argv[argv.index("--command-cwd") + 1]).is_absolute()
+
+    relative = cli("openclaw", "cron-command", "weekly-ops-report", "--cwd", str(tmp_path),
+                   "--busy-error", "--", "./send.sh", env=env)
+    argv = shlex.split(relative.stdout)
+    assert argv[argv.index("--command-cwd") + 1] == str(tmp_path)
+    inner = shlex.split(argv[argv.index("--command") + 1])
+    assert inner[-4:] == ["--busy-error", "weekly-ops-report", "--", str(tmp_path / "send.sh")]
 
     no_schedule = cli("openclaw", "cron-command", "adhoc", "--", "/srv/send.sh", env=env)
     assert no_schedule.returncode == 2

@@ -63,9 +63,9 @@ def _pipeline(py: str, tools: Path) -> str:
     return f"""#!/bin/sh
 set -e
 draft=$({rs} generate draft --output draft.md -- {gen})
-{rs} step publish --class publish --check '{look} cms' -- {eff} cms "$draft" >/dev/null
-{rs} step sheet-row --class publish --check '{look} sheet' -- {eff} sheet "$draft" >/dev/null
-{rs} step notify --class message --check '{look} chat' -- {eff} chat "$draft" >/dev/null
+{rs} step publish --class publish --check {shlex.quote(look + ' cms')} -- {eff} cms "$draft" >/dev/null
+{rs} step sheet-row --class publish --check {shlex.quote(look + ' sheet')} -- {eff} sheet "$draft" >/dev/null
+{rs} step notify --class message --check {shlex.quote(look + ' chat')} -- {eff} chat "$draft" >/dev/null
 """
 
 

@@ -36,7 +36,7 @@ from .errors import (
     unblock_command,
 )
 from .folders import AttemptFolder
-from .keys import check_key, check_name, step_ref
+from .keys import DRILL_MARK, check_key, check_name, step_ref
 from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, open_ledger
 from .process import attempt_liveness, this_holder
 from .states import BlockCause, ClaimStatus, StepState
@@ -152,7 +152,7 @@ class Engine:
         trial = os.environ.get(envvars.DRILL_TRIAL)
         if trial:
             # drill trials get outcomes of their own, so their effects never meet
-            key = check_key(f"{key}~{check_name('drill trial', trial)}")
+            key = check_key(f"{key}{DRILL_MARK}{check_name('drill trial', trial)}")
         return spec, key, canonical
 
     def run_for(self, job: Job, attempt: AttemptRecord | None,

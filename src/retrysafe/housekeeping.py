@@ -59,7 +59,7 @@ def needs_attention(engine: Engine, *, drills: bool = False) -> list[Attention]:
 
     ledger = engine.existing_ledger()
     found = []
-    for waiting in ledger.needs_attention(drills=drills):
+    for waiting in ledger.retention.needs_attention(drills=drills):
         out = waiting.outcome
         steps = [{"step": step_ref(out.key, s.name, s.item), "state": s.state, "cause": s.cause,
                   "reason": s.reason} for s in waiting.steps]
@@ -137,7 +137,7 @@ def prune(engine: Engine, *, older_than: str | None, states: Sequence[str] = (),
             os.fsync(opened.fileno())
 
     try:
-        result = ledger.prune(older_than=age, keep=keep, states=states, job=job, drills=drills,
+        result = ledger.retention.prune(older_than=age, keep=keep, states=states, job=job, drills=drills,
                               dry_run=dry_run, on_batch=on_batch)
     finally:
         if fh is not None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from .errors import ConfigError, InvalidInput, InvalidParameter
 
 __all__ = [
+    "DRILL_MARK",
     "MAX_KEY_LENGTH",
     "PARAM_TYPES",
     "check_name",
@@ -27,6 +28,8 @@ __all__ = [
     "validate_param",
 ]
 
+DRILL_MARK = "~"
+"""A drill trial's outcome key is ``KEY~TRIAL`` (:meth:`retrysafe.engine.Engine.outcome_key`)."""
 MAX_KEY_LENGTH = 255
 MAX_VALUE_LENGTH = 200
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

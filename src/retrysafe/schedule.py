@@ -11,23 +11,21 @@ Canonical form
     so the text names one instant; it is short, sorts chronologically, parses
     with :meth:`datetime.fromisoformat`, and uses only letters, digits and
     ``-``, so an outcome key like ``weekly-ops-report:2026-12-07T0700`` stays
-    readable as a folder name and on a command line. The one time a wall clock
-    names two instants (the repeated hour when clocks fall back) the second
-    reading carries the suffix ``_2``: ``2026-10-25T0200`` then
-    ``2026-10-25T0200_2``. Only schedules with a wildcard hour or minute fire
-    twice in that hour; inside it their keys sort by wall clock, not by time.
+    readable as a folder name and on a command line.
 
-Daylight saving time (the rules of Debian's cron, which ``cronsim`` follows)
-    * Schedules with a fixed minute and hour (``30 2 * * *``):
-      - spring forward: a time that does not exist that day runs once at the
-        first minute after the gap (02:30 on 2026-03-29 in Europe/Warsaw is
-        ``2026-03-29T0300``); several such times collapse into that one
-        occurrence;
-      - fall back: a time that exists twice runs once, at its first (summer
-        time) reading (``2026-10-25T02:30+02:00``).
-    * Schedules with a wildcard minute or hour (``0 * * * *``) follow real
-      time: the skipped hour has no occurrences, the repeated hour has two
-      (``2026-10-25T0200`` and ``2026-10-25T0200_2``).
+Daylight saving time (the rules of OpenClaw's scheduler, croner)
+    The schedule is matched against the wall clock, then:
+
+    * a wall-clock time that does not exist (clocks spring forward) is skipped:
+      ``30 2 * * *`` in Europe/Warsaw has no occurrence on 2026-03-29, and an
+      hourly job has none in the missing hour;
+    * a wall-clock time that exists twice (clocks fall back) is an occurrence
+      once, at its first (summer time) reading: ``30 2 * * *`` runs at
+      ``2026-10-25T02:30+02:00`` and an hourly or every-N-minutes job runs
+      through the repeated hour once, not twice.
+
+    So one wall-clock text names exactly one occurrence, and ``retrysafe
+    missed`` never lists an occurrence OpenClaw would not have fired.
 
 The time zone defaults to UTC, never to the machine's own zone, so two hosts
 derive the same key for the same run.
@@ -40,6 +38,7 @@ reading of a repeated hour equal to a datetime in another zone (PEP 495).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -78,6 +77,7 @@ _NICKNAMES = {
 
 _DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _SECOND_READING = "_2"
+"""Suffix older versions gave a repeated hour's second reading; refused with a reason."""
 _ONE_SECOND = timedelta(seconds=1)
 # Guards the correction loops below; no real schedule needs more than a few.
 _MAX_STEPS = 10_000
@@ -137,36 +137,53 @@ class Schedule:
         return cls(expression, zone)
 
     # --- primitives -------------------------------------------------------------
+    #
+    # Occurrences are wall-clock times (naive datetimes in the job's zone) that
+    # match the expression and exist, each at its first reading. That map from
+    # wall clock to instant is increasing, so walking wall-clock times in order
+    # walks occurrences in order.
 
-    def _iterate(self, start: datetime, *, reverse: bool) -> CronSim:
-        return CronSim(self.expression, start.astimezone(self.zone), reverse=reverse)
+    def _walls(self, start: datetime, *, reverse: bool) -> CronSim:
+        """Matching wall-clock times strictly after (before) the naive ``start``."""
+        return CronSim(self.expression, start, reverse=reverse)
 
-    def _step(self, sim: CronSim) -> datetime:
-        # Everything internal is UTC: Python compares two datetimes that share
-        # a tzinfo by wall clock alone, which ignores ``fold`` and would treat
-        # 02:00+02:00 and 02:00+01:00 of a repeated hour as equal.
+    def _wall_step(self, sim: CronSim) -> datetime:
         try:
-            return next(sim).astimezone(UTC)
+            wall: datetime = next(sim)
         except StopIteration:
             # cronsim gives up after 50 years without a match.
             raise InvalidInput(
                 f"schedule {self.expression!r} has no occurrence within 50 years"
             ) from None
+        return wall
+
+    def _instant(self, wall: datetime) -> datetime | None:
+        """The UTC instant of a wall-clock time (first reading), None if it never happens."""
+        local = wall.replace(tzinfo=self.zone, fold=0)
+        if _is_skipped(local):
+            return None
+        return local.astimezone(UTC)
+
+    def _wall_of(self, instant: datetime) -> datetime:
+        return instant.astimezone(self.zone).replace(tzinfo=None, fold=0)
+
+    def _forward(self, instant: datetime) -> Iterator[datetime]:
+        """Occurrences strictly after the UTC ``instant``, in order (UTC)."""
+        # Every wall time before the instant's own wall clock is earlier than it
+        # (a second reading's wall clock is behind the instant, never ahead).
+        sim = self._walls(self._wall_of(instant).replace(second=0, microsecond=0)
+                          - timedelta(minutes=1), reverse=False)
+        while True:
+            found = self._instant(self._wall_step(sim))
+            if found is not None and found > instant:
+                yield found
 
     def next_after(self, instant: datetime) -> datetime:
         """The first occurrence strictly after ``instant`` (returned in the job's zone)."""
         return self._next_after(_aware(instant, "instant").astimezone(UTC)).astimezone(self.zone)
 
     def _next_after(self, instant: datetime) -> datetime:
-        sim = self._iterate(instant.replace(microsecond=0), reverse=False)
-        # For fixed-time schedules cronsim walks wall-clock time; inside a
-        # repeated autumn hour the wall clock is behind the real instant, so it
-        # may propose occurrences that are already past. Skip them.
-        for _ in range(_MAX_STEPS):
-            candidate = self._step(sim)
-            if candidate > instant:
-                return candidate
-        raise InvalidInput(f"schedule {self.expression!r}: no occurrence after {instant}")
+        return next(self._forward(instant))
 
     def latest_at_or_before(self, instant: datetime) -> datetime:
         """The latest occurrence at or before ``instant`` (returned in the job's zone)."""
@@ -174,25 +191,21 @@ class Schedule:
         return self._latest_at_or_before(utc).astimezone(self.zone)
 
     def _latest_at_or_before(self, instant: datetime) -> datetime:
-        # Start one second after the floor so that cronsim's first backward
-        # tick lands on the floor itself: an occurrence equal to it counts.
-        candidate = self._step(
-            self._iterate(instant.replace(microsecond=0) + _ONE_SECOND, reverse=True)
-        )
+        # Every matching wall time up to the instant's wall clock is at or
+        # before it; in a repeated hour's second reading, later wall times of
+        # that hour (first readings) are too, so walk forward from there.
+        sim = self._walls(self._wall_of(instant).replace(microsecond=0) + _ONE_SECOND, reverse=True)
         for _ in range(_MAX_STEPS):
-            if candidate <= instant:
+            candidate = self._instant(self._wall_step(sim))
+            if candidate is not None:
                 break
-            candidate = self._step(self._iterate(candidate, reverse=True))
         else:
             raise InvalidInput(f"schedule {self.expression!r}: no occurrence before {instant}")
-        # Walking wall-clock time backwards can miss occurrences in a repeated
-        # hour; walking forward from a known earlier occurrence cannot.
-        for _ in range(_MAX_STEPS):
-            following = self._next_after(candidate)
+        for following in self._forward(candidate):
             if following > instant:
                 return candidate
             candidate = following
-        raise InvalidInput(f"schedule {self.expression!r}: too many occurrences to walk")
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def between(
         self, start: datetime, end: datetime, *, limit: int = MAX_OCCURRENCES
@@ -201,15 +214,15 @@ class Schedule:
         start = _aware(start, "start").astimezone(UTC)
         end = _aware(end, "end").astimezone(UTC)
         found: list[datetime] = []
-        current = self._next_after(start - timedelta(microseconds=1))
-        while current <= end:
+        for current in self._forward(start - timedelta(microseconds=1)):
+            if current > end:
+                break
             if len(found) >= limit:
                 raise InvalidInput(
                     f"more than {limit} occurrences of {self.expression!r} between "
                     f"{self.format(start)} and {self.format(end)}; narrow the range"
                 )
             found.append(current.astimezone(self.zone))
-            current = self._next_after(current)
         return found
 
     def is_occurrence(self, instant: datetime) -> bool:
@@ -222,26 +235,27 @@ class Schedule:
     def format(self, occurrence: datetime) -> str:
         """The canonical text of ``occurrence`` (``2026-12-07T0700``)."""
         local = _aware(occurrence, "occurrence").astimezone(self.zone)
-        text = local.strftime("%Y-%m-%dT%H%M")
-        if local.fold and _is_repeated(local):
-            text += _SECOND_READING
-        return text
+        return local.strftime("%Y-%m-%dT%H%M")
 
     def parse_value(self, text: str) -> datetime:
         """Read a user-given occurrence; it must be one of the schedule's occurrences.
 
-        Accepted: the canonical form (``2026-12-07T0700``, ``..._2`` for the
-        second reading of a repeated hour), a local time without offset such as
-        ``2026-12-07T07:00`` (read in the job's zone; in a repeated hour, its
-        first reading), any ISO 8601 time with an offset or ``Z``, or a bare
-        date when the schedule fires exactly once that day.
+        Accepted: the canonical form (``2026-12-07T0700``), a local time
+        without offset such as ``2026-12-07T07:00`` (read in the job's zone; in
+        a repeated hour, its first reading), any ISO 8601 time with an offset
+        or ``Z``, or a bare date when the schedule fires exactly once that day.
+        A wall-clock time that does not exist, or the second reading of a
+        repeated hour, is refused: the scheduler never fires there.
         """
         raw = text.strip()
         if _DATE_ONLY.match(raw):
             return self._parse_date(raw, text)
-        second = raw.endswith(_SECOND_READING)
-        if second:
-            raw = raw[: -len(_SECOND_READING)]
+        if raw.endswith(_SECOND_READING):
+            first = raw[: -len(_SECOND_READING)]
+            raise InvalidParameter(
+                f"occurrence {text!r}: a repeated hour runs once, at its first reading; "
+                f"use {first}"
+            )
         try:
             value = datetime.fromisoformat(raw)
         except ValueError:
@@ -252,22 +266,12 @@ class Schedule:
         if value.second or value.microsecond:
             raise InvalidParameter(f"occurrence {text!r}: occurrences are whole minutes")
         if value.tzinfo is not None:
-            if second:
-                raise InvalidParameter(
-                    f"occurrence {text!r}: '{_SECOND_READING}' goes with a local time, "
-                    "not with an offset"
-                )
             return self._require(value, text)
-        local = value.replace(tzinfo=self.zone, fold=1 if second else 0)
+        local = value.replace(tzinfo=self.zone, fold=0)
         if _is_skipped(local):
             raise InvalidParameter(
                 f"occurrence {text!r}: {raw} does not exist in {self.zone.key} (clocks move "
-                f"forward); nearest: {self._nearest(local.replace(fold=1))}"
-            )
-        if second and not _is_repeated(local):
-            raise InvalidParameter(
-                f"occurrence {text!r}: {raw} happens only once in {self.zone.key}; "
-                f"drop '{_SECOND_READING}'"
+                f"forward), so it never runs; nearest: {self._nearest(local.replace(fold=1))}"
             )
         return self._require(local, text)
 
@@ -310,13 +314,6 @@ class Schedule:
 def _is_skipped(local: datetime) -> bool:
     """Whether ``local``'s wall-clock time never happens (clocks moved forward)."""
     return local.replace(fold=0).astimezone(UTC) > local.replace(fold=1).astimezone(UTC)
-
-
-def _is_repeated(local: datetime) -> bool:
-    """Whether ``local``'s wall-clock time happens twice (clocks fell back)."""
-    return local.replace(fold=0).utcoffset() != local.replace(fold=1).utcoffset() and (
-        local.replace(fold=0).astimezone(UTC) < local.replace(fold=1).astimezone(UTC)
-    )
 
 
 # --- module-level API -------------------------------------------------------------

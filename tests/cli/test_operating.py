@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -58,7 +59,8 @@ def waiting(any_home: Home) -> Home:
 
 def test_needs_attention_lists_what_waits_oldest_first_with_the_settling_command(waiting: Home) -> None:
     """Blocked (approval, exhausted) and unknown outcomes are listed oldest first, each with its
-    cause and the exact command that settles it; a done one is not; exit 0 without --fail-if-any."""
+    cause and the exact command that settles it; a done one is not; exit 0 without --fail-if-any,
+    1 with it; the printed commands, pasted, settle what they name."""
     proc = waiting.run("needs-attention", "--json")
     assert proc.returncode == 0, proc.stderr
     items = json.loads(proc.stdout)
@@ -76,27 +78,13 @@ def test_needs_attention_lists_what_waits_oldest_first_with_the_settling_command
     assert "settle  retrysafe approve pay:1 charge" in text.stdout
     assert "3 outcomes need attention" in text.stdout
     assert waiting.run("needs-attention", "--fail-if-any").returncode == 1
-
-
-def test_settling_the_command_printed_empties_the_list(waiting: Home) -> None:
-    """Running each printed command (pasted into a shell) settles its outcome: the list shrinks."""
-    import subprocess
-
-    items = json.loads(waiting.run("needs-attention", "--json").stdout)
+    # each printed command, pasted into a shell, settles its outcome
     for i in items[:2]:
         line = i["unblock"].replace("retrysafe", RS, 1)
         assert subprocess.run(line, shell=True, env=waiting.env, check=False,
                               capture_output=True).returncode == 0
     left = json.loads(waiting.run("needs-attention", "--json").stdout)
     assert [i["key"] for i in left] == ["once:2"]
-
-
-def test_nothing_waiting_exits_0_even_when_asked_to_fail(any_home: Home) -> None:
-    """An empty list says so and exits 0, with --fail-if-any too."""
-    home = setup_jobs(any_home)
-    assert run(home, "pay", 3, "true") == 0
-    proc = home.run("needs-attention", "--fail-if-any")
-    assert proc.returncode == 0 and "nothing needs attention" in proc.stdout
 
 
 def test_prune_removes_old_rows_and_folders_but_never_what_waits(waiting: Home, tmp_path: Path) -> None:
@@ -118,7 +106,9 @@ def test_prune_removes_old_rows_and_folders_but_never_what_waits(waiting: Home, 
         k: counted[k] for k in ("outcomes", "attempts", "steps", "history", "folders")}
     assert removed["history"] > 0
     assert waiting.run("status", "pay:2").returncode == 2
-    assert [p.name for p in folder.iterdir()] == [(p.name) for p in folder.iterdir() if "1" in p.name]
+    from retrysafe.folders import outcome_dir
+
+    assert list(folder.iterdir()) == [outcome_dir(waiting.path, "pay", "pay:1")]
     left = {o["key"] for o in json.loads(waiting.run("ls", "--json").stdout)}
     assert left == {"pay:1", "once:1", "once:2"}
     assert export.stat().st_mode & 0o777 == 0o600
@@ -128,9 +118,12 @@ def test_prune_removes_old_rows_and_folders_but_never_what_waits(waiting: Home, 
 
 
 def test_prune_refuses_states_that_wait_and_needs_an_age(any_home: Home) -> None:
-    """--state blocked/unknown is refused (exit 2), and so is a prune with no age and no keep."""
+    """--state blocked/unknown is refused (exit 2), and so is a prune with no age and no keep;
+    with nothing waiting, needs-attention says so and exits 0, --fail-if-any too."""
     home = setup_jobs(any_home)
     assert run(home, "pay", 4, "true") == 0
+    quiet = home.run("needs-attention", "--fail-if-any")
+    assert quiet.returncode == 0 and "nothing needs attention" in quiet.stdout
     bad = home.run("prune", "--older-than", "0s", "--state", "blocked")
     assert bad.returncode == 2 and "never pruned" in bad.stderr
     assert home.run("prune", "--older-than", "ninety").returncode == 2

@@ -22,6 +22,7 @@ from click.shell_completion import (
     _resolve_incomplete,
 )
 
+from ..keys import DRILL_MARK
 from ..states import OutcomeState
 
 __all__ = ["completion"]
@@ -47,7 +48,7 @@ def _keys(ctx: click.Context, incomplete: str) -> list[str]:
 
     root = ctx.find_root().params
     with Engine.open(root.get("home"), root.get("config"), root.get("ledger")) as engine:
-        outs = engine.existing_ledger().listed(limit=1000, drills="~" in incomplete)
+        outs = engine.existing_ledger().outcomes(limit=1000, drills=DRILL_MARK in incomplete)
         return sorted(o.key for o in outs)
 
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import shlex
 import shutil
 import sys
 from pathlib import Path
+from typing import TextIO
 
 import click
 
-from ..errors import ConfigError
-from ._common import state
+from ..errors import EXIT_BUSY, EXIT_DONE, EXIT_FAILED, ConfigError
+from ._common import params_option, state
 
 __all__ = ["openclaw"]
 
@@ -77,14 +81,113 @@ def show_skill() -> None:
 
 
 def _retrysafe_argv() -> list[str]:
-    """An absolute way to call retrysafe: OpenClaw runs commands with a reset PATH."""
+    """An absolute way to call this retrysafe: OpenClaw runs commands with a reset PATH."""
+    running = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if running is not None and running.name == "retrysafe" and running.is_file():
+        return [str(running.absolute())]  # the executable running now, not another on PATH
+    beside = Path(sys.executable).parent / "retrysafe"  # python -m retrysafe in a virtualenv
+    if beside.is_file():
+        return [str(beside.absolute())]
     found = shutil.which("retrysafe")
     if found:
         return [str(Path(found).absolute())]
-    beside = Path(sys.executable).parent / "retrysafe"  # a virtualenv not on PATH
-    if beside.is_file():
-        return [str(beside.absolute())]
     return [sys.executable, "-m", "retrysafe"]
+
+
+def _bin_dir() -> Path | None:
+    """The folder that holds the running ``retrysafe`` executable, if there is one."""
+    argv = _retrysafe_argv()
+    return Path(argv[0]).parent if len(argv) == 1 else None
+
+
+class _LineTap(io.TextIOBase):
+    """Passes writes through to ``target`` and remembers the last line written."""
+
+    def __init__(self, target: TextIO) -> None:
+        self.target = target
+        self.last = ""
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        self.target.write(text)
+        lines = (self._partial + text).split("\n")
+        self._partial = lines[-1]
+        done = [ln for ln in lines[:-1] if ln]
+        if done:
+            self.last = done[-1]
+        return len(text)
+
+    def flush(self) -> None:
+        self.target.flush()
+
+    def isatty(self) -> bool:
+        return self.target.isatty()
+
+
+@openclaw.command("run", context_settings={"ignore_unknown_options": True})
+@click.argument("job_name", metavar="JOB")
+@params_option()
+@click.option(
+    "--busy-ok/--busy-error",
+    default=True,
+    show_default=True,
+    help="A live run of the same outcome exits 0 (not an OpenClaw error) / exits 75.",
+)
+@click.option("--openclaw-run-id", metavar="ID", help="Record OpenClaw's run id with the attempt.")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_context
+def run_command(
+    ctx: click.Context,
+    job_name: str,
+    params: tuple[str, ...],
+    busy_ok: bool,
+    openclaw_run_id: str | None,
+    cmd: tuple[str, ...],
+) -> None:
+    """'retrysafe run' as an OpenClaw command job runs it.
+
+    The same as 'retrysafe run JOB -- CMD', plus: the folder of this retrysafe
+    executable goes first on CMD's PATH (OpenClaw's 'sh -lc' resets PATH), so a
+    bare 'retrysafe step' in CMD is this installation, with this home; and a
+    run that finds another live run doing the work exits 0 with a 'busy'
+    summary (--busy-error: exit 75), so a live twin is not counted toward
+    OpenClaw's error backoff and auto-disable.
+
+    \b
+    Example:
+      retrysafe --home /srv/retrysafe openclaw run weekly-ops-report -- /srv/reports/send-report.sh
+    """
+    from .run import run as plain_run
+
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise click.UsageError("give the command to run after '--'")
+    bin_dir = _bin_dir()
+    if bin_dir is not None:
+        path = os.environ.get("PATH", "")
+        parts = [p for p in path.split(os.pathsep) if p and Path(p) != bin_dir]
+        os.environ["PATH"] = os.pathsep.join([str(bin_dir), *parts])
+    tap = _LineTap(sys.stdout)
+    code: object = 0
+    try:
+        with contextlib.redirect_stdout(tap):
+            ctx.invoke(
+                plain_run,
+                job_name=job_name,
+                params=params,
+                openclaw_run_id=openclaw_run_id,
+                cmd=cmd,
+            )
+    except SystemExit as exc:
+        code = exc.code
+    if code == EXIT_BUSY and busy_ok and tap.last.startswith("busy: "):
+        click.echo(
+            "skipped: another live run is doing this outcome; this run did nothing "
+            "(exit 0, so OpenClaw does not count it as an error)"
+        )
+        sys.exit(EXIT_DONE)
+    sys.exit(code if isinstance(code, int) else EXIT_FAILED)
 
 
 @openclaw.command(
@@ -93,13 +196,32 @@ def _retrysafe_argv() -> list[str]:
 )
 @click.argument("job_name", metavar="JOB")
 @click.option("--name", metavar="NAME", help="OpenClaw automation name (default: JOB).")
+@click.option(
+    "--cwd",
+    "cwd",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Folder the command runs in (--command-cwd; default: the current folder).",
+)
+@click.option(
+    "--busy-ok/--busy-error",
+    default=True,
+    show_default=True,
+    help="Whether a run that finds a live twin exits 0 (not an OpenClaw error).",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def cron_command(job_name: str, name: str | None, cmd: tuple[str, ...]) -> None:
+def cron_command(
+    job_name: str, name: str | None, cwd: Path | None, busy_ok: bool, cmd: tuple[str, ...]
+) -> None:
     """Print the 'openclaw cron add' line that runs JOB on its own schedule.
 
-    Paths are absolute (OpenClaw runs commands through 'sh -lc' with a reset
-    PATH) and the schedule and time zone come from the job's declaration, so
-    OpenClaw fires exactly at the occurrences retrysafe derives keys from.
+    The line works as copied: OpenClaw runs the command through 'sh -lc',
+    which resets PATH, so it names this retrysafe executable and the home by
+    absolute path, runs in --command-cwd (a relative script path is made
+    absolute against it), and goes through 'retrysafe openclaw run', which
+    puts this retrysafe first on the script's PATH. The schedule and time zone
+    come from the job's declaration, so OpenClaw fires exactly at the
+    occurrences retrysafe derives keys from.
 
     \b
     Example:
@@ -113,14 +235,21 @@ def cron_command(job_name: str, name: str | None, cmd: tuple[str, ...]) -> None:
     job = engine.config.job(job_name)
     if not job.schedule:
         raise ConfigError(f'job {job_name!r} has no schedule; add schedule = "..." to [jobs.{job_name}]')
+    folder = (cwd or Path.cwd()).expanduser().absolute()
+    program = cmd[0]
+    if os.sep in program and not os.path.isabs(program):
+        program = os.path.normpath(folder / program)
     command = [
         *_retrysafe_argv(),
         "--home",
         str(engine.home.resolve()),
+        "openclaw",
         "run",
+        *([] if busy_ok else ["--busy-error"]),
         job_name,
         "--",
-        *cmd,
+        program,
+        *cmd[1:],
     ]
     line = [
         "openclaw",
@@ -135,8 +264,45 @@ def cron_command(job_name: str, name: str | None, cmd: tuple[str, ...]) -> None:
         job.tz or "UTC",
         # fire on the minute, so OpenClaw's history times match the occurrences
         "--exact",
+        "--command-cwd",
+        str(folder),
         "--command",
         shlex.join(command),
         "--no-deliver",
     ]
     click.echo(shlex.join(line))
+
+
+@openclaw.command("install-plugin")
+@click.option("--link", is_flag=True, help="Load the plugin in place (openclaw plugins install --link).")
+@click.option(
+    "--openclaw",
+    "openclaw_bin",
+    metavar="PATH",
+    help="The openclaw executable (default: 'openclaw' on PATH).",
+)
+def install_plugin(link: bool, openclaw_bin: str | None) -> None:
+    """Install the retrysafe plugin into OpenClaw with 'openclaw plugins install'.
+
+    The plugin guards declared tool calls of cron-driven agent runs (see
+    docs/openclaw.md). Without openclaw on PATH, prints the exact command.
+
+    \b
+    Example:
+      retrysafe openclaw install-plugin
+      retrysafe openclaw install-plugin --link
+    """
+    import subprocess
+
+    from ..openclaw.plugin import plugin_dir
+
+    found = openclaw_bin or shutil.which("openclaw")
+    argv = [found or "openclaw", "plugins", "install", *(["--link"] if link else []), str(plugin_dir())]
+    if found is None:
+        click.echo("note: 'openclaw' is not on PATH; run this where it is:", err=True)
+        click.echo(shlex.join(argv))
+        return
+    done = subprocess.run(argv, check=False)
+    if done.returncode != 0:
+        raise click.ClickException(f"{shlex.join(argv)} exited {done.returncode}")
+    click.echo("then configure it: plugins.entries.retrysafe.config (docs/openclaw.md)")

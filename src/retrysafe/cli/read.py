@@ -101,7 +101,7 @@ def ls(job_name: str | None, state_name: str | None, limit: int, drills: bool, a
 
         show(needs_attention(state().engine, drills=drills), as_json)
         return
-    outs = state().engine.existing_ledger().listed(job=job_name, state=state_name, limit=limit,
+    outs = state().engine.existing_ledger().outcomes(job=job_name, state=state_name, limit=limit,
                                                    drills=drills)
     if as_json:
         emit_json([o.to_json() for o in outs])

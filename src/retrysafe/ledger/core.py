@@ -634,8 +634,10 @@ class LedgerCore:
             return [event_from_row(r) for r in rows]
 
     def outcomes(
-        self, *, job: str | None = None, state: str | None = None, limit: int = 1000
+        self, *, job: str | None = None, state: str | None = None, limit: int = 1000,
+        drills: bool = True,
     ) -> list[OutcomeRecord]:
+        """Outcomes, newest first; drill trials (``KEY~TRIAL``) only with ``drills``."""
         where, params = [], []
         if job:
             where.append("job = ?")
@@ -643,6 +645,11 @@ class LedgerCore:
         if state:
             where.append("state = ?")
             params.append(state)
+        if not drills:
+            from ..keys import DRILL_MARK
+
+            where.append("key NOT LIKE ?")
+            params.append(f"%{DRILL_MARK}%")
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         with self.backend.transaction(write=False) as tx:
             rows = tx.rows(

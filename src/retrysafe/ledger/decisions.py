@@ -7,23 +7,34 @@ instead that no live attempt is working on what it changes.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import Busy, InvalidInput, UnknownOutcome, UnknownStep
 from ..states import STEP_TRANSITIONS, AttemptState, BlockCause, OutcomeState, StepState, can_move
 from .backend import Tx
 from .core import LedgerCore
 from .records import AttemptRecord, OutcomeRecord, StepRecord, step_from_row
-from .retention import Retention
+
+if TYPE_CHECKING:
+    from .retention import Retention
 
 __all__ = ["Ledger"]
 
 _O, _S = OutcomeState, StepState
 
 
-class Ledger(Retention, LedgerCore):
+class Ledger(LedgerCore):
     """The durable record of outcomes. Open one with :func:`retrysafe.ledger.open_ledger`."""
 
     def __enter__(self) -> Ledger:
         return self
+
+    @property
+    def retention(self) -> Retention:
+        """What waits for a human, and pruning (:mod:`retrysafe.ledger.retention`)."""
+        from .retention import Retention
+
+        return Retention(self.backend)
 
     def _require_locked(self, tx: Tx, key: str) -> OutcomeRecord:
         """The outcome at ``key``, locked for this transaction; it must exist."""

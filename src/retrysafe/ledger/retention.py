@@ -1,6 +1,6 @@
 """Housekeeping on the ledger: what waits for a human, and removing old outcomes.
 
-:class:`Retention` is mixed into :class:`~retrysafe.ledger.Ledger`. Pruning
+:class:`Retention` is reached as ``ledger.retention``. Pruning
 never removes an outcome that waits for a human (``blocked``, ``unknown``) or
 one an attempt is working on (an ``active`` attempt, live or not): those are
 exactly the records that prevent a repeat or an unseen loss. Drill trials
@@ -14,15 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import InvalidInput
+from ..keys import DRILL_MARK
 from ..states import AttemptState, OutcomeState
 from .backend import Backend, Tx
 from .records import OutcomeRecord, StepRecord, outcome_from_row, step_from_row
-from .transfer import TABLES, rows_of
 
-__all__ = ["DRILL_MARK", "PROTECTED_STATES", "PruneResult", "Retention", "Waiting"]
+__all__ = ["PROTECTED_STATES", "PruneResult", "Retention", "Waiting"]
 
-DRILL_MARK = "~"
-"""A drill trial's outcome key is ``KEY~TRIAL`` (:meth:`retrysafe.engine.Engine.outcome_key`)."""
 
 PROTECTED_STATES = (OutcomeState.BLOCKED.value, OutcomeState.UNKNOWN.value)
 """Outcomes that wait for a human: never pruned."""
@@ -64,9 +62,11 @@ def _age_filter(older_than: float | None, keep: Mapping[str, float], now: float
 
 
 class Retention:
-    """Reading what waits for a human, and pruning (mixed into the ledger)."""
+    """Reading what waits for a human, and pruning: ``ledger.retention`` (built on
+    first use, so a command that never prunes never imports this module)."""
 
-    backend: Backend
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
 
     # --- what waits for a human ----------------------------------------------------
 
@@ -93,25 +93,6 @@ class Retention:
                     (outcome.key, "blocked", "unknown", "running"))]
                 out.append(Waiting(outcome, steps))
             return out
-
-    def listed(self, *, job: str | None = None, state: str | None = None, limit: int = 1000,
-               drills: bool = False) -> list[OutcomeRecord]:
-        """Outcomes, newest first, as ``retrysafe ls`` shows them: drill trials only with ``drills``."""
-        where, params = [], []
-        if job:
-            where.append("job = ?")
-            params.append(job)
-        if state:
-            where.append("state = ?")
-            params.append(state)
-        if not drills:
-            where.append("key NOT LIKE ?")
-            params.append(f"%{DRILL_MARK}%")
-        clause = f" WHERE {' AND '.join(where)}" if where else ""
-        with self.backend.transaction(write=False) as tx:
-            rows = tx.rows(f"SELECT * FROM rs_outcomes{clause} ORDER BY updated_at DESC, key LIMIT ?",
-                           (*params, limit))
-            return [outcome_from_row(r) for r in rows]
 
     # --- pruning -----------------------------------------------------------------------
 
@@ -143,6 +124,8 @@ class Retention:
         if unknown_states:
             raise InvalidInput(f"unknown state {unknown_states[0]!r} (states: "
                                f"{', '.join(s.value for s in OutcomeState)})")
+        from .transfer import TABLES, rows_of  # on use: the step fast path imports this module
+
         counts = dict.fromkeys(TABLES, 0)
         removed: list[tuple[str, str]] = []
         while True:

@@ -156,12 +156,12 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
     rows: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
     seen_header = False
     for n, rec in enumerate(records, 1):
+        if not seen_header and "format" not in rec:
+            raise InvalidInput(f"record {n}: the file does not start with a retrysafe header line")
         got = _check(rec, n, target_version)
         if got is None:
             seen_header = True
             continue
-        if not seen_header:
-            raise InvalidInput(f"record {n}: the file does not start with a retrysafe header line")
         rows[got[0]].append(got[1])
     if not seen_header:
         raise InvalidInput("nothing to import: the file has no retrysafe header line")
