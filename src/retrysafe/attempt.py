@@ -424,13 +424,15 @@ class Run:
         """
         skey = self._step_key(name, item)  # a bad name or item is refused first
         cls, execute, lookup = self._bind(name, effect_class, execute, lookup, connector, payload)
+        # lookup_first asks only a lookup that can ever find something
+        first = lookup is not None and (connector is None or connector.can_look_up)
         fp = fingerprint(payload) if payload is not None else None
         # The common case is a step this outcome has never seen: write the intent
         # straight away, without reading first. The write only creates the step;
         # if it exists, it is read and decided below.
         policy = policy_for(cls, self.job.classes)
         if not self.read_only and not policy.approval and not (
-                policy.lookup_first and lookup is not None) and self._intent(
+                policy.lookup_first and first) and self._intent(
                 skey, name, item, cls, None, check=check, connector=connector_name,
                 fingerprint=fp, explain=False):
             return self._perform(skey, name, item, execute)
@@ -440,7 +442,8 @@ class Run:
                                          allow_update)
         if self.read_only:
             return (step.evidence or "") if step else ""
-        decision = self.decide(name, cls, item=item, has_lookup=lookup is not None, step=step)
+        decision = self.decide(name, cls, item=item, has_lookup=lookup is not None, step=step,
+                               lookup_first=first)
         if decision.action is Action.LOOKUP:
             found = self._settle_by_lookup(skey, name, item, cls, step, lookup, connector)
             if found is not None:

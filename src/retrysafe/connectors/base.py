@@ -99,6 +99,14 @@ class ConnectorBase(ABC):
     authoritative: bool = True
     updatable: bool = False
 
+    @property
+    def can_look_up(self) -> bool:
+        """Can :meth:`lookup` ever find an effect? ``False`` for a system that cannot be
+        read back (an incoming webhook): its lookup answers ``Ambiguous`` by design,
+        so it is not asked before a first execution (``lookup_first``), only after
+        an unclear result, where that answer rightly stops for a human."""
+        return True
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         name = registered_name(cls)

@@ -124,6 +124,10 @@ class DiscordConnector(ConnectorBase):
 
     # --- lookup -------------------------------------------------------------
 
+    @property
+    def can_look_up(self) -> bool:
+        return self._webhook_url is None
+
     def lookup(self, step_key: str, payload: Payload) -> LookupResult:
         """The bot's recent messages in the channel, matched by nonce."""
         if self._webhook_url is not None:

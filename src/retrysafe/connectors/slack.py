@@ -178,6 +178,10 @@ class SlackConnector(ConnectorBase):
 
     # --- lookup -------------------------------------------------------------
 
+    @property
+    def can_look_up(self) -> bool:
+        return self._webhook_url is None
+
     def lookup(self, step_key: str, payload: Payload) -> LookupResult:
         """Find the message by its metadata in the channel's recent history."""
         if self._webhook_url is not None:

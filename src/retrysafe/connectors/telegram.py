@@ -146,6 +146,10 @@ class TelegramConnector(ConnectorBase):
             raise EffectFailed(f"{self.where}: sendMessage refused: {data.get('description')}{later}")
         raise self._api.unclear("POST", shown, resp)
 
+    @property
+    def can_look_up(self) -> bool:
+        return self.lookup_url is not None
+
     def lookup(self, step_key: str, payload: Payload) -> LookupResult:
         """Ambiguous without a configured lookup; else the message with the key's tag."""
         tag = tag_of(step_key)
