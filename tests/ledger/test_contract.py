@@ -289,3 +289,28 @@ def test_renew_extends_the_lease_by_the_ledger_clock(ledger: Ledger) -> None:
         time.sleep(0.2)
         ledger.renew(c.attempt, 0.4)
     assert claim(ledger, holder=H2).status == "busy"
+
+
+def test_resolving_a_running_step_ends_its_attempt_so_a_resumed_holder_cannot_act(
+        ledger: Ledger) -> None:
+    """A step ``running`` in an attempt whose lease is current cannot be resolved;
+    once the lease ran out (and nothing says the holder lives), resolving it also
+    supersedes that attempt: a holder that was frozen and resumes has its intent
+    and record refused, so it cannot act after a human said "absent"."""
+    import time
+
+    c = claim(ledger, lease=0.5)
+    assert c.attempt is not None
+    ledger.move_step(c.attempt, "job:1/send", "running", name="send", expect=[None])
+    with pytest.raises(Busy, match="live attempt"):
+        ledger.resolve("job:1", "send", found=None, actor="ops")
+    with pytest.raises(Busy, match="still running here"):
+        ledger.resolve("job:1", "send", found=None, actor="ops",
+                       liveness=lambda _a, _r: (True, "still running here"))
+    time.sleep(0.7)
+    step = ledger.resolve("job:1", "send", found=None, actor="ops")
+    assert step.state == "planned"
+    with pytest.raises(StaleAttempt):
+        ledger.move_step(c.attempt, "job:1/send", "running", name="send", expect=["planned"])
+    attempts = ledger.attempts("job:1")
+    assert attempts[0].state == "superseded" and "resolved by ops" in attempts[0].result

@@ -27,7 +27,10 @@ def resolve(key: str, step_name: str, found: str | None, absent: bool, note: str
         raise InvalidInput("give exactly one of --found EVIDENCE or --absent")
     if found is not None and not found.strip():
         raise InvalidInput("--found needs the evidence (provider id, URL, SHA...)")
-    got = state().engine.existing_ledger().resolve(key, step_name, found=found, actor=actor(), note=note)
+    from ..process import attempt_liveness
+
+    got = state().engine.existing_ledger().resolve(key, step_name, found=found, actor=actor(),
+                                                    note=note, liveness=attempt_liveness)
     if as_json:
         emit_json(got.to_json())
     else:

@@ -53,7 +53,7 @@ from .records import (
     step_from_row,
 )
 
-__all__ = ["LedgerCore", "Liveness"]
+__all__ = ["LedgerCore", "Liveness", "lease_only"]
 
 Liveness = Callable[[AttemptRecord, list[Holder]], tuple[bool | None, str]]
 """Answers "does anything of this attempt still run?" given the attempt and the
@@ -62,7 +62,8 @@ runners of its running steps: ``True`` (alive: never take it over), ``False``
 with what runs or why not (:func:`retrysafe.process.attempt_liveness`)."""
 
 
-def _lease_only(_attempt: AttemptRecord, _runners: list[Holder]) -> tuple[bool | None, str]:
+def lease_only(_attempt: AttemptRecord, _runners: list[Holder]) -> tuple[bool | None, str]:
+    """The liveness that never knows: only the lease decides."""
     return None, ""
 
 _O, _S = OutcomeState, StepState
@@ -246,7 +247,7 @@ class LedgerCore:
         holder: Holder,
         lease_seconds: float,
         max_attempts: int,
-        liveness: Liveness = _lease_only,
+        liveness: Liveness = lease_only,
         context: Mapping[str, str] | None = None,
     ) -> Claim:
         """Start attempt N+1 at ``key`` unless it is done, blocked, or held by a live attempt.

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import Busy, InvalidInput, UnknownOutcome, UnknownStep
+from ..errors import Busy, InvalidInput, UnknownOutcome, UnknownStep, command_line
 from ..states import STEP_TRANSITIONS, AttemptState, BlockCause, OutcomeState, StepState, can_move
 from .backend import Tx
-from .core import LedgerCore
+from .core import LedgerCore, Liveness, lease_only
 from .records import AttemptRecord, OutcomeRecord, StepRecord, step_from_row
 
 if TYPE_CHECKING:
@@ -80,17 +80,33 @@ class Ledger(LedgerCore):
                               actor=actor)
 
     def resolve(
-        self, key: str, step_name: str, *, found: str | None, actor: str, note: str = ""
+        self, key: str, step_name: str, *, found: str | None, actor: str, note: str = "",
+        liveness: Liveness = lease_only,
     ) -> StepRecord:
-        """A human settles an unknown or blocked step: ``found`` evidence, or absent (``None``)."""
+        """A human settles an unknown or blocked step: ``found`` evidence, or absent (``None``).
+
+        A ``running`` step is settled only when its attempt can no longer act: by the
+        same rule as a claim (``liveness``; the lease where it cannot tell), and that
+        attempt is then superseded, so a holder that was frozen and resumes cannot
+        call the provider after a human said "absent".
+        """
         with self.backend.transaction() as tx:
             out, step = self._human_step(tx, key, step_name)
             if step.state == _S.DONE:
                 raise InvalidInput(f"step {step.name} of {key} is already done (evidence "
                                    f"{step.evidence!r})", key=key, step=step.name, state=step.state)
-            if step.state == _S.RUNNING and self._live_attempt(tx, out):
-                raise Busy(f"step {step.name} of {key} is running in a live attempt; wait for it",
-                           key=key, step=step.name, state=step.state)
+            holder = (self._attempt_row(tx, step.attempt_id)
+                      if step.state == _S.RUNNING and step.attempt_id else None)
+            if holder is not None and holder.state == AttemptState.ACTIVE:
+                alive, why = liveness(holder, self._runners(tx, holder))
+                if alive or (alive is None and holder.lease_expires > tx.now):
+                    raise Busy(f"step {step.name} of {key} is running in a live attempt"
+                               f" ({why or 'its lease is current'}); wait for it, or stop it and "
+                               f"'{command_line('break-lease', key)}'",
+                               key=key, step=step.name, state=step.state)
+                self._supersede(tx, out, holder, f"its step {step.name} was resolved by {actor}",
+                                actor=actor)
+                out, step = self._human_step(tx, key, step_name)
             to = _S.DONE if found is not None else _S.PLANNED
             frm = step.state
             if frm == _S.RUNNING:
