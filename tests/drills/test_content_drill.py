@@ -107,7 +107,7 @@ def test_ctrl_c_leaves_nothing_running_and_a_real_run_follows(
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out + seen + err
     assert "interrupted" in out
-    listing = json.loads(retrysafe("ls", "--json", env=env).stdout)
+    listing = json.loads(retrysafe("ls", "--drills", "--json", env=env).stdout)
     assert listing, "the drill recorded its trials"
     for outcome in listing:
         status = json.loads(retrysafe("status", outcome["key"], "--json", env=env).stdout)
