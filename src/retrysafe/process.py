@@ -140,7 +140,8 @@ def attempt_liveness(attempt: AttemptRecord, runners: list[Holder]) -> tuple[boo
     abandoned = holder.pid == os.getpid() and attempt.id not in _HELD
     alive = [h.pid for h in (holder, *runners) if h.pid is not None and h.host == holder.host
              and not (h is holder and abandoned) and not holder_gone(h)]
-    alive += [pid for pid in _carriers(attempt.id) if pid not in alive]
+    if not alive:  # the holder is gone: does something it started live on (orphans)?
+        alive = _carriers(attempt.id)
     if alive:
         return True, "still running on this host: " + ", ".join(_describe(p) for p in alive)
     if holder.pid is None:
