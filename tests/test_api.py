@@ -299,3 +299,20 @@ def test_a_process_that_dropped_its_attempt_takes_it_over_itself(home: Path) -> 
         again = engine.begin("report", {"week": "2026-W40"})
         assert again.status == "started" and again.run is not None and again.run.number == 2
         assert again.claim.superseded is not None
+
+
+def test_a_process_that_dropped_its_attempt_mid_step_takes_it_over_itself(home: Path) -> None:
+    """The same, with a step it left ``running`` (its own process the runner): the
+    re-claim takes the attempt over and the step becomes unknown, so it is looked up."""
+    import gc
+
+    with retrysafe.Engine.open(home) as engine:
+        first = engine.begin("report", {"week": "2026-W41"})
+        assert first.run is not None
+        first.run.intent("send", "message")
+        first = None  # type: ignore[assignment]
+        gc.collect()
+        again = engine.begin("report", {"week": "2026-W41"})
+        assert again.status == "started", again.reason
+        step = engine.ledger.step("report:2026-W41/send")
+        assert step is not None and step.state == "unknown"

@@ -136,10 +136,11 @@ def attempt_liveness(attempt: AttemptRecord, runners: list[Holder]) -> tuple[boo
     holder = attempt.holder
     if holder.host != host_id():
         return None, ""
-    # this very process, no longer working on it (it is claiming again): not alive
+    # this very process, no longer working on it (it is claiming again): neither it as
+    # the holder nor as the runner of a step it left running counts as alive
     abandoned = holder.pid == os.getpid() and attempt.id not in _HELD
     alive = [h.pid for h in (holder, *runners) if h.pid is not None and h.host == holder.host
-             and not (h is holder and abandoned) and not holder_gone(h)]
+             and not (abandoned and h.pid == os.getpid()) and not holder_gone(h)]
     if not alive:  # the holder is gone: does something it started live on (orphans)?
         alive = _carriers(attempt.id)
     if alive:
