@@ -107,3 +107,28 @@ def test_template_errors_are_config_errors() -> None:
         parse_job("r", {"key": "r:{a:>5}", "params": {"a": "str"}})
     with pytest.raises(ConfigError):
         parse_job("r", {"key": "r:{b}", "params": {"a": "str"}})
+
+
+_names = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,8}\Z")
+
+
+@given(st.text(min_size=1, max_size=30), _names, st.none() | _names,
+       st.text(min_size=1, max_size=30), _names, st.none() | _names)
+def test_step_keys_are_unambiguous_and_read_back(o1: str, s1: str, i1: str | None,
+                                                 o2: str, s2: str, i2: str | None) -> None:
+    """No two (outcome, step, item) triples render the same step key, whatever the
+    outcome key holds ("/", "//", a trailing "/"), and a key reads back to its triple;
+    keys of outcomes without "/" read as they always did."""
+    from retrysafe.keys import split_step_key
+
+    k1, k2 = step_key(o1, s1, i1), step_key(o2, s2, i2)
+    assert split_step_key(k1) == (o1, s1, i1)
+    assert (k1 == k2) == ((o1, s1, i1) == (o2, s2, i2))
+    if "/" not in o1:
+        assert k1 == f"{o1}/{s1}" + (f"/{i1}" if i1 else "")
+
+
+def test_the_colliding_pair_of_the_old_rendering_gets_two_keys() -> None:
+    assert step_key("rep:eng/send", "mail") == "rep:eng/send//mail"
+    assert step_key("rep:eng", "send", "mail") == "rep:eng/send/mail"
+    assert step_key("a/", "b") == "a///b"

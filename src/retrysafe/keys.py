@@ -21,8 +21,10 @@ __all__ = [
     "check_name",
     "render_key",
     "slug",
+    "split_step_key",
     "step_key",
     "step_ref",
+    "step_suffix",
     "template_fields",
     "unslug",
     "validate_param",
@@ -193,18 +195,47 @@ def check_name(kind: str, name: str) -> str:
 
 
 def step_key(outcome_key: str, step: str, item: str | None = None) -> str:
-    """``<outcome key>/<step>`` or ``<outcome key>/<step>/<item>``."""
+    """The step's key, handed to providers: ``<outcome key>/<step>[/<item>]``.
+
+    Step and item names never contain ``/``, but outcome keys may
+    (``rep:{dept}`` with ``dept = "eng/send"``). Without care, outcome
+    ``rep:eng/send`` with step ``mail`` and outcome ``rep:eng`` with step ``send``
+    and item ``mail`` would share one key, and one would be taken for the other.
+    So an outcome key that contains ``/`` is followed by ``//``: keys without
+    ``/`` read as they always did, and no two (outcome, step, item) triples
+    render the same string (:func:`split_step_key` is its inverse).
+    """
     check_name("step", step)
+    sep = "//" if "/" in outcome_key else "/"
     if item is None:
-        return f"{outcome_key}/{step}"
+        return f"{outcome_key}{sep}{step}"
     check_name("item", item)
-    return f"{outcome_key}/{step}/{item}"
+    return f"{outcome_key}{sep}{step}/{item}"
+
+
+def split_step_key(skey: str) -> tuple[str, str, str | None]:
+    """``(outcome key, step, item)`` of a key made by :func:`step_key`."""
+    cut = skey.rfind("//")
+    if cut >= 0:
+        outcome, rest = skey[:cut], skey[cut + 2 :]
+    else:
+        outcome, _, rest = skey.partition("/")
+    step, _, item = rest.partition("/")
+    if not outcome or not step or "/" in item:
+        raise InvalidInput(f"{skey!r} is not a step key")
+    return outcome, step, item or None
 
 
 def step_ref(outcome_key: str, step: str, item: str | None = None) -> str:
     """How a command names a step of ``outcome_key`` (``retrysafe resolve KEY REF``):
     its name, or, for per-item work, its full step key."""
     return step_key(outcome_key, step, item) if item else step
+
+
+def step_suffix(outcome_key: str, skey: str) -> str:
+    """What follows the outcome in ``skey``: ``step`` or ``step/item``."""
+    _, step, item = split_step_key(skey)
+    return f"{step}/{item}" if item else step
 
 
 _SAFE = frozenset(string.ascii_letters + string.digits + "-_.")

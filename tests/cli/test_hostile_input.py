@@ -81,3 +81,32 @@ def test_invisible_and_control_characters_in_parameters_are_refused_and_never_pr
     assert f"U+{ord(char):04X}" in proc.stderr and char not in proc.stderr + proc.stdout
     assert len(proc.stderr.strip().splitlines()) == 1
     assert home.snapshot() == before
+
+
+def test_two_outcomes_whose_old_step_keys_collided_each_run_their_own_effect(
+        home: Home, tmp_path: Path) -> None:
+    """Outcome ``team/send`` with step ``mail`` and outcome ``team`` with step ``send``
+    for item ``mail`` once shared the key ``team/send/mail``: the second was skipped
+    with the first one's evidence and its effect never ran. A step belongs to its
+    outcome, and its key says so."""
+    _configure(home)
+    effects = tmp_path / "effects.txt"
+    env = {"RETRYSAFE_PY": sys.executable, "OUT": str(effects)}
+    append = "echo \"$RETRYSAFE_STEP_KEY\" >> \"$OUT\""
+    first = tmp_path / "first.sh"
+    first.write_text(f"#!/bin/sh\nexec \"$RETRYSAFE_PY\" -m retrysafe step mail --class message"
+                     f" -- sh -c '{append}'\n")
+    second = tmp_path / "second.sh"
+    second.write_text(f"#!/bin/sh\nexec \"$RETRYSAFE_PY\" -m retrysafe step send --item mail"
+                      f" --class message -- sh -c '{append}'\n")
+    for script in (first, second):
+        script.chmod(0o755)
+    for name, script in (("team/send", first), ("team", second), ("team/send", first),
+                         ("team", second)):
+        proc = home.run("run", "team", "-p", f"name={name}", "--", str(script), env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert effects.read_text().splitlines() == ["team/send//mail", "team/send/mail"]
+    with home.open_ledger() as ledger:
+        one, two = ledger.step("team/send//mail"), ledger.step("team/send/mail")
+        assert one is not None and (one.outcome_key, one.name, one.item) == ("team/send", "mail", "")
+        assert two is not None and (two.outcome_key, two.name, two.item) == ("team", "send", "mail")

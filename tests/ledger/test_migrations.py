@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from retrysafe.keys import step_key
 from retrysafe.ledger import Holder, open_ledger
+from retrysafe.ledger.backend import Backend
 from retrysafe.ledger.migrations import MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION, render, statements
 from retrysafe.ledger.sqlite import SqliteBackend
 
 
 def _ledger_at(path: Path, version: int) -> None:
     """A SQLite ledger as a retrysafe knowing schema ``version`` left it."""
-    backend = SqliteBackend(path)
+    _schema_at(SqliteBackend(path), version)
+
+
+def _schema_at(backend: Backend, version: int) -> None:
     try:
         with backend.transaction() as tx:
             tx.run(render(backend, SCHEMA_TABLE))
@@ -94,3 +102,75 @@ def test_a_version_3_ledger_gets_block_causes_from_its_reasons(tmp_path: Path) -
         assert (approved.state, approved.cause) == ("planned", "")
         still = led.approve("job:1", "post", actor="ops")
         assert (still.state, still.cause) == ("blocked", "ambiguous")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+        return
+    from pgtest import fresh_database, require_server
+
+    with fresh_database(require_server()) as url:
+        yield url
+
+
+def _backend(url: str) -> Backend:
+    if url.startswith("sqlite:///"):
+        return SqliteBackend(Path(url.removeprefix("sqlite:///")))
+    from retrysafe.ledger.postgres import PostgresBackend
+
+    return PostgresBackend(url)
+
+
+# (outcome key, step, item, state) rows as a version-4 ledger holds them, under the
+# old rendering "<outcome>/<step>[/<item>]"
+_V4_STEPS = [
+    ("rep:eng", "mail", "", "done"),                 # no "/" in the outcome: key unchanged
+    ("rep:eng", "send", "a.b", "unknown"),           # unchanged, even while in flight
+    ("rep:eng/send", "mail", "", "done"),            # "/" outcome, settled: re-keyed
+    ("rep:ops/x", "post", "", "unknown"),            # "/" outcome, in flight: re-keyed, blocked
+    ("rep:ops/x", "ping", "p1", "running"),
+]
+
+
+def test_a_version_4_ledger_gets_unambiguous_step_keys(ledger_url: str) -> None:
+    """Schema 5: a step key names its outcome unambiguously. Keys of outcomes
+    without "/" keep their value (providers find what was recorded under them);
+    steps of outcomes with "/" are re-keyed, and those that may have an effect in
+    flight under the old key are blocked for a human, with the old key named."""
+    backend = _backend(ledger_url)
+    _schema_at(backend, 4)
+    backend = _backend(ledger_url)
+    try:
+        with backend.transaction() as tx:
+            for key in sorted({row[0] for row in _V4_STEPS}):
+                tx.run("INSERT INTO rs_outcomes (key, job, params, state, created_at, updated_at)"
+                       " VALUES (?, 'rep', '{}', 'running', 0, 0)", (key,))
+            for key, name, item, st in _V4_STEPS:
+                old = f"{key}/{name}" + (f"/{item}" if item else "")
+                tx.run("INSERT INTO rs_steps (step_key, outcome_key, name, item, kind, state,"
+                       " created_at, updated_at) VALUES (?, ?, ?, ?, 'effect', ?, 0, 0)",
+                       (old, key, name, item, st))
+                tx.run("INSERT INTO rs_events (outcome_key, step_key, at, actor, kind, to_state)"
+                       " VALUES (?, ?, 0, 'attempt-1', 'step', ?)", (key, old, st))
+    finally:
+        backend.close()
+    with open_ledger(ledger_url) as led:
+        assert led.schema_version() == SCHEMA_VERSION
+        for key, name, item, st in _V4_STEPS:
+            new = step_key(key, name, item or None)
+            assert (new == f"{key}/{name}" + (f"/{item}" if item else "")) == ("/" not in key)
+            rec = led.step(new)
+            assert rec is not None, new
+            assert (rec.outcome_key, rec.name, rec.item) == (key, name, item)
+            in_flight = "/" in key and st in ("running", "unknown")
+            assert rec.state == ("blocked" if in_flight else st)
+            if in_flight:
+                assert rec.cause == "not_provable"
+                assert f"it was {key}/{name}" in rec.reason
+            history = [e for e in led.history(key) if e.kind == "step" and e.step_key == new]
+            assert [e.to_state for e in history] == ([st, "blocked"] if in_flight else [st])
+        # the collision of the old rendering is gone: both steps exist, each its own
+        assert led.step("rep:eng/send/mail") is None
+        assert led.step("rep:eng/send//mail") is not None

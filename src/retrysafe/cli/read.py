@@ -9,6 +9,7 @@ import click
 from ..engine import Engine, unblock_hint
 from ..errors import EXIT_DONE, EXIT_FAILED, InvalidInput, UnknownOutcome
 from ..folders import outcome_dir
+from ..keys import step_suffix
 from ..ledger import OutcomeRecord
 from ..states import OutcomeState
 from ..timefmt import when
@@ -126,10 +127,9 @@ def history(key: str, as_json: bool) -> None:
     if as_json:
         emit_json([e.to_json() for e in events])
         return
-    prefix = key + "/"
     table(["time", "fence", "actor", "what", "from", "to", "reason"],
           [[when(e.at), e.fence, e.actor,
-            e.kind + (f" {e.step_key.removeprefix(prefix)}" if e.step_key else ""),
+            e.kind + (f" {step_suffix(key, e.step_key)}" if e.step_key else ""),
             e.from_state or "-", e.to_state, e.reason] for e in events])
 
 

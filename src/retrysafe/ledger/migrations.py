@@ -132,6 +132,43 @@ UPDATE rs_outcomes SET cause = CASE
 WHERE state = 'blocked'
 """
 
+# Step keys that name their outcome unambiguously (keys.step_key): an outcome key
+# containing "/" is now followed by "//". Keys of outcomes without "/" keep their
+# value, so providers find what was recorded under them. Steps of "/" outcomes are
+# re-keyed; one that may have an effect in flight under its old key (running or
+# unknown) cannot be settled by a lookup under the new key, so it is blocked for a
+# human with both keys in its reason. A step is one (outcome, name, item).
+_V5_REASON = ("the key of this step changed in the upgrade to unambiguous step keys (it was ' || "
+              "step_key || '): check whether its effect exists under that old key, then "
+              "resolve it")
+_V5 = f"""
+UPDATE rs_events SET step_key = outcome_key || '/' || substr(step_key, length(outcome_key) + 1)
+WHERE step_key <> '' AND outcome_key LIKE '%/%';
+INSERT INTO rs_events (outcome_key, step_key, at, attempt_id, fence, actor, kind, from_state,
+                       to_state, reason)
+SELECT outcome_key, outcome_key || '/' || substr(step_key, length(outcome_key) + 1), updated_at,
+       attempt_id, fence, 'retrysafe', 'step', state, 'blocked', '{_V5_REASON}'
+FROM rs_steps WHERE outcome_key LIKE '%/%' AND state IN ('running', 'unknown');
+UPDATE rs_steps SET state = 'blocked', cause = 'not_provable', reason = '{_V5_REASON}'
+WHERE outcome_key LIKE '%/%' AND state IN ('running', 'unknown');
+UPDATE rs_steps SET step_key = outcome_key || '/' || substr(step_key, length(outcome_key) + 1)
+WHERE outcome_key LIKE '%/%';
+CREATE UNIQUE INDEX rs_steps_identity ON rs_steps (outcome_key, name, item)
+"""
+
+# Indexes that serve the listing orders, newest first, with or without a filter on
+# job or state (ls, needs-attention, the dashboard's pages), so a page of a ledger
+# with a million outcomes reads a page of index entries, never the whole table.
+# Each ends in the key: the tie-break of the order and of a page's cursor.
+_V6 = """
+CREATE INDEX rs_outcomes_updated ON rs_outcomes (updated_at, key);
+CREATE INDEX rs_outcomes_job_updated ON rs_outcomes (job, updated_at, key);
+CREATE INDEX rs_outcomes_state_updated ON rs_outcomes (state, updated_at, key)
+"""
+
+# (7) Notifications sent once per transition: reserved.
+_V7: Script = {}
+
 Script = str | dict[str, list[str]]
 """A migration: one script for every backend (statements split on ``;``), or
 each backend's own statements, by backend name (a backend not named has none)."""
@@ -141,6 +178,9 @@ MIGRATIONS: list[tuple[int, str, Script]] = [
     (2, "steps remember the state of their last transition (one-statement moves)", _V2),
     (3, "SQLite: step moves write their own history rows", {"sqlite": _V3_SQLITE}),
     (4, "why a step or outcome is blocked, as its own column", _V4),
+    (5, "step keys name their outcome unambiguously", _V5),
+    (6, "indexes for listing outcomes in order", _V6),
+    (7, "notifications, one per transition and channel", _V7),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
