@@ -26,6 +26,7 @@ __all__ = [
     "OUTCOME_KEY",
     "OUTPUT",
     "STEP_KEY",
+    "UI_TOKEN",
 ]
 
 # --- where things are (set by the user) ---
@@ -35,6 +36,8 @@ CONFIG = "RETRYSAFE_CONFIG"
 """The config file (default: HOME/retrysafe.toml)."""
 LEDGER = "RETRYSAFE_LEDGER"
 """The ledger URL (sqlite:///PATH or postgresql://...)."""
+UI_TOKEN = "RETRYSAFE_UI_TOKEN"
+"""The token of ``retrysafe ui`` (its ``--token``)."""
 
 # --- what an attempt hands to its commands ---
 JOB = "RETRYSAFE_JOB"

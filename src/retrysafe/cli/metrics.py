@@ -1,0 +1,40 @@
+"""``retrysafe metrics``: the ledger's health in the Prometheus text format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import InvalidInput
+from ._common import state
+
+__all__ = ["metrics"]
+
+
+@click.command()
+@click.option("--textfile", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Write to FILE (atomically, for node-exporter's textfile collector) "
+                   "instead of printing.")
+def metrics(textfile: Path | None) -> None:
+    """Print the ledger's metrics (outcomes by job and state, executions, lookups,
+    skips, blocks, the oldest outcome waiting for a human), as /metrics of
+    'retrysafe ui' serves them. Needs the ui extra.
+
+    \b
+    Example:
+      retrysafe metrics --textfile /var/lib/node_exporter/textfile/retrysafe.prom
+    """
+    from ..ui import require_extra
+
+    require_extra()
+    from ..metrics import render, write_textfile
+
+    ledger = state().engine.existing_ledger()
+    if textfile is None:
+        click.echo(render(ledger).decode("utf-8"), nl=False)
+        return
+    try:
+        write_textfile(ledger, textfile)
+    except OSError as exc:
+        raise InvalidInput(f"cannot write {textfile}: {exc.strerror or exc}") from None

@@ -1,0 +1,138 @@
+"""Reading the ledger in pages and in totals: the dashboard's lists and the metrics.
+
+:class:`Listing` is reached as ``Listing(ledger.backend)``; it only reads.
+Pages are keyset pages (newest first, the cursor is the last row's
+``(updated_at, key)``), served by the indexes of schema migration 6, so the
+thousandth page of a ledger with a million outcomes costs what the first does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ..keys import DRILL_MARK
+from .backend import Backend
+from .records import OutcomeRecord, outcome_from_row
+
+__all__ = ["Cursor", "Listing", "OutcomePage", "Totals"]
+
+
+class Cursor(NamedTuple):
+    """Where a page ends: the last row's ``updated_at`` and ``key``."""
+
+    updated_at: float
+    key: str
+
+
+class OutcomePage(NamedTuple):
+    outcomes: list[OutcomeRecord]
+    next: Cursor | None
+    """the cursor of the following page (``None``: this is the last)"""
+
+
+class Totals(NamedTuple):
+    """What the ledger holds, counted (for metrics). Each mapping is keyed by job."""
+
+    outcomes: dict[tuple[str, str], int]
+    """outcomes by ``(job, state)``"""
+    attempts: dict[tuple[str, str], int]
+    """attempts by ``(job, attempt state)``"""
+    executions: dict[tuple[str, str], int]
+    """step intents written (an effect executed, or a generate step produced), by ``(job, kind)``"""
+    lookups_found: dict[str, int]
+    """steps a lookup found done (instead of executing them again)"""
+    skips: dict[str, int]
+    """later attempts of an outcome that found an effect step already done"""
+    blocks: dict[str, int]
+    """times a step was blocked for a human"""
+
+
+class Listing:
+    """Pages and totals of the ledger's outcomes (read-only)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    def outcomes(
+        self,
+        *,
+        job: str | None = None,
+        state: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        after: Cursor | None = None,
+        limit: int = 50,
+        drills: bool = False,
+    ) -> OutcomePage:
+        """A page of outcomes last changed in ``[since, until)``, newest first,
+        starting after ``after``."""
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value in (("job", job), ("state", state)):
+            if value:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if since is not None:
+            where.append("updated_at >= ?")
+            params.append(since)
+        if until is not None:
+            where.append("updated_at < ?")
+            params.append(until)
+        if after is not None:
+            where.append("(updated_at < ? OR (updated_at = ? AND key < ?))")
+            params += [after.updated_at, after.updated_at, after.key]
+        if not drills:
+            where.append("key NOT LIKE ?")
+            params.append(f"%{DRILL_MARK}%")
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        with self.backend.transaction(write=False) as tx:
+            rows = tx.rows(f"SELECT * FROM rs_outcomes{clause} ORDER BY updated_at DESC, key DESC"
+                           " LIMIT ?", (*params, limit + 1))
+        found = [outcome_from_row(r) for r in rows[:limit]]
+        more = len(rows) > limit and found
+        return OutcomePage(found, Cursor(found[-1].updated_at, found[-1].key) if more else None)
+
+    def jobs(self) -> list[str]:
+        """Every job with outcomes in the ledger (served by the job index)."""
+        with self.backend.transaction(write=False) as tx:
+            return [r["job"] for r in tx.rows("SELECT DISTINCT job FROM rs_outcomes ORDER BY job")]
+
+    def totals(self, *, drills: bool = False) -> Totals:
+        """Every count the metrics report, in one read transaction."""
+        drill = "" if drills else " AND o.key NOT LIKE ?"
+        dp: tuple[Any, ...] = () if drills else (f"%{DRILL_MARK}%",)
+        with self.backend.transaction(write=False) as tx:
+            def pairs(sql: str, params: tuple[Any, ...] = ()) -> dict[tuple[str, str], int]:
+                return {(r["a"], r["b"]): int(r["n"]) for r in tx.rows(sql, (*params, *dp))}
+
+            def singles(sql: str, params: tuple[Any, ...] = ()) -> dict[str, int]:
+                return {r["a"]: int(r["n"]) for r in tx.rows(sql, (*params, *dp))}
+
+            return Totals(
+                outcomes=pairs("SELECT o.job AS a, o.state AS b, COUNT(*) AS n FROM rs_outcomes o"
+                               f" WHERE 1 = 1{drill} GROUP BY o.job, o.state"),
+                attempts=pairs("SELECT o.job AS a, t.state AS b, COUNT(*) AS n FROM rs_attempts t"
+                               f" JOIN rs_outcomes o ON o.key = t.outcome_key WHERE 1 = 1{drill}"
+                               " GROUP BY o.job, t.state"),
+                executions=pairs(
+                    "SELECT o.job AS a, s.kind AS b, COUNT(*) AS n FROM rs_events e"
+                    " JOIN rs_steps s ON s.step_key = e.step_key"
+                    " JOIN rs_outcomes o ON o.key = e.outcome_key"
+                    f" WHERE e.kind = 'step' AND e.to_state = 'running'{drill}"
+                    " GROUP BY o.job, s.kind"),
+                lookups_found=singles(
+                    "SELECT o.job AS a, COUNT(*) AS n FROM rs_events e"
+                    " JOIN rs_outcomes o ON o.key = e.outcome_key"
+                    " WHERE e.kind = 'step' AND e.to_state = 'done' AND e.reason LIKE ?"
+                    f"{drill} GROUP BY o.job", ("found by %",)),
+                skips=singles(
+                    "SELECT o.job AS a, COUNT(*) AS n FROM rs_steps s"
+                    " JOIN rs_attempts t ON t.outcome_key = s.outcome_key"
+                    " JOIN rs_outcomes o ON o.key = s.outcome_key"
+                    " WHERE s.kind = 'effect' AND s.state = 'done' AND t.started_at > s.updated_at"
+                    f"{drill} GROUP BY o.job"),
+                blocks=singles(
+                    "SELECT o.job AS a, COUNT(*) AS n FROM rs_events e"
+                    " JOIN rs_outcomes o ON o.key = e.outcome_key"
+                    f" WHERE e.kind = 'step' AND e.to_state = 'blocked'{drill} GROUP BY o.job"),
+            )
