@@ -29,6 +29,7 @@ __all__ = [
     "LedgerAuthError",
     "LedgerError",
     "LedgerUnavailable",
+    "NoStoredCommand",
     "NotInAttempt",
     "OutcomeBlocked",
     "PayloadMismatch",
@@ -113,6 +114,11 @@ class UnknownStep(InvalidInput):
 
 class NotInAttempt(InvalidInput):
     """A step command was called outside any attempt."""
+
+
+class NoStoredCommand(InvalidInput):
+    """No attempt of the outcome recorded the command it ran (an agent's
+    ``begin``, or a version that did not record it): nothing to re-run."""
 
 
 class HomeNotWritable(InvalidInput):

@@ -32,6 +32,8 @@ class OutcomeState(StrEnum):
     FAILED = "failed"
     UNKNOWN = "unknown"
     BLOCKED = "blocked"
+    SETTLED = "settled"
+    """a human settled what blocked it (``resolve``, ``retry``); it awaits its re-run"""
 
 
 class StepState(StrEnum):
@@ -118,7 +120,8 @@ OUTCOME_TRANSITIONS: dict[OutcomeState, frozenset[OutcomeState]] = {
     _O.DELIVERED: frozenset({_O.RUNNING, _O.DELIVERED, _O.DONE, _O.FAILED, _O.UNKNOWN, _O.BLOCKED}),
     _O.FAILED: frozenset({_O.RUNNING, _O.BLOCKED}),
     _O.UNKNOWN: frozenset({_O.RUNNING, _O.BLOCKED, _O.FAILED}),
-    _O.BLOCKED: frozenset({_O.RUNNING, _O.FAILED, _O.UNKNOWN}),
+    _O.BLOCKED: frozenset({_O.RUNNING, _O.FAILED, _O.UNKNOWN, _O.SETTLED}),
+    _O.SETTLED: frozenset({_O.RUNNING, _O.BLOCKED}),
     _O.DONE: frozenset(),
 }
 

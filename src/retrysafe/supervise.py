@@ -18,6 +18,7 @@ import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from types import FrameType
+from typing import TextIO
 
 from .attempt import Run
 
@@ -26,10 +27,12 @@ __all__ = ["run_command"]
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def run_command(run: Run, cmd: Sequence[str]) -> int:
-    """Run ``cmd`` inside ``run`` and return its exit status (negative: killed
-    by that signal). ``run.lost`` is set when the lease was lost meanwhile."""
-    proc = subprocess.Popen(list(cmd), env={**os.environ, **run.env()})
+def run_command(run: Run, cmd: Sequence[str], *, cwd: str | None = None,
+                stdout: TextIO | None = None) -> int:
+    """Run ``cmd`` inside ``run`` (in ``cwd``, its standard output to ``stdout``;
+    default: ours) and return its exit status (negative: killed by that
+    signal). ``run.lost`` is set when the lease was lost meanwhile."""
+    proc = subprocess.Popen(list(cmd), env={**os.environ, **run.env()}, cwd=cwd, stdout=stdout)
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         with contextlib.suppress(ProcessLookupError):

@@ -56,6 +56,7 @@ _COMMANDS: dict[str, str] = {
     "export": "transfer:export",
     "import": "transfer:import_",
     "completion": "completion:completion",
+    "resume": "human:resume",
 }
 
 

@@ -53,7 +53,10 @@ def key_and_step(f: F) -> F:
 
 
 def emit_json(obj: Any) -> None:
-    click.echo(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    """``obj`` as JSON on stdout, its times in ISO 8601 (:func:`retrysafe.timefmt.iso_times`)."""
+    from ..timefmt import iso_times
+
+    click.echo(json.dumps(iso_times(obj), indent=2, sort_keys=True, default=str))
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

@@ -1,6 +1,9 @@
-"""Human decisions: resolve, approve, retry. Each is recorded with who and why."""
+"""Human decisions: resolve, approve, retry, forget (each recorded with who and why), and
+resume: run an outcome's recorded command again."""
 
 from __future__ import annotations
+
+from typing import Any, NoReturn
 
 import click
 
@@ -13,15 +16,20 @@ from ._common import actor, emit_json, json_option, key_and_step, state
 @click.option("--found", metavar="EVIDENCE", help="The effect exists; this proves it.")
 @click.option("--absent", is_flag=True, help="The effect does not exist; it may be executed.")
 @click.option("--note", default="", help="Why (kept in the history).")
+@click.option("--rerun", is_flag=True,
+              help="Then run the outcome's recorded command again (as 'retrysafe resume').")
 @json_option
-def resolve(key: str, step_name: str, found: str | None, absent: bool, note: str,
+def resolve(key: str, step_name: str, found: str | None, absent: bool, note: str, rerun: bool,
             as_json: bool) -> None:
     """Settle an unknown or blocked step after checking the external system.
+
+    Once nothing else blocks it, the outcome is 'settled': it awaits its
+    re-run (the next 'retrysafe run', or --rerun here, or 'retrysafe resume').
 
     \b
     Examples:
       retrysafe resolve content:2026-W32 publish --found post-4711 --note "seen in WP admin"
-      retrysafe resolve content:2026-W32 publish --absent
+      retrysafe resolve content:2026-W32 publish --absent --rerun
     """
     if (found is None) == (not absent):
         raise InvalidInput("give exactly one of --found EVIDENCE or --absent")
@@ -29,8 +37,18 @@ def resolve(key: str, step_name: str, found: str | None, absent: bool, note: str
         raise InvalidInput("--found needs the evidence (provider id, URL, SHA...)")
     from ..process import attempt_liveness
 
-    got = state().engine.existing_ledger().resolve(key, step_name, found=found, actor=actor(),
-                                                    note=note, liveness=attempt_liveness)
+    engine = state().engine
+    ledger = engine.existing_ledger()
+    if rerun:
+        from .run import stored_command
+
+        stored_command(key, ledger.attempts(key))  # nothing to re-run: refuse before settling
+    got = ledger.resolve(key, step_name, found=found, actor=actor(), note=note,
+                         liveness=attempt_liveness)
+    if rerun:
+        if not as_json:
+            click.echo(f"{got.state}: step {got.name} of {key} ({got.reason})")
+        _rerun(key, as_json, extra={"resolved": got.to_json()})
     if as_json:
         emit_json(got.to_json())
     else:
@@ -92,3 +110,38 @@ def forget(key: str, step_name: str, note: str, as_json: bool) -> None:
         emit_json(got.to_json())
     else:
         click.echo(f"forgotten: step {got.name} of {key}")
+
+
+def _rerun(key: str, as_json: bool, extra: dict[str, Any] | None = None) -> NoReturn:
+    """Run ``key``'s recorded command again, as ``retrysafe run`` ran it: the same
+    job and parameters, the same words, in the same folder."""
+    from .run import run_job, stored_command
+
+    engine = state().engine
+    ledger = engine.existing_ledger()
+    out = ledger.require_outcome(key)
+    cmd, cwd = stored_command(key, ledger.attempts(key))
+    _, derived, _ = engine.outcome_key(out.job, out.params)
+    if derived != key:
+        raise InvalidInput(f"job {out.job} now names this outcome {derived!r}, not {key!r} (its "
+                           "key changed in the config); run it with 'retrysafe run'", key=key)
+    run_job(engine, out.job, out.params, cmd, context={"resumed_by": actor()}, cwd=cwd,
+            as_json=as_json, extra=extra)
+
+
+@click.command()
+@click.argument("key")
+@json_option
+def resume(key: str, as_json: bool) -> None:
+    """Run an outcome's recorded command again, exactly as 'retrysafe run' did.
+
+    The same job, parameters, command and folder as the latest attempt that
+    'retrysafe run' started; the outcome's state decides as for any run
+    (done: nothing to do; blocked: exit 3 with the command that unblocks it).
+    An outcome only ever driven by 'retrysafe begin' has no command: exit 2.
+
+    \b
+    Example:
+      retrysafe resume weekly-ops-report:2026-W32
+    """
+    _rerun(key, as_json)

@@ -76,8 +76,7 @@ class Ledger(LedgerCore):
             (out.key, _S.BLOCKED.value),
         )
         if still is None and out.cause != BlockCause.EXHAUSTED:
-            self._set_outcome(tx, out, _O.FAILED, f"{why}; run the job again to continue",
-                              actor=actor)
+            self._set_outcome(tx, out, _O.SETTLED, f"{why}; awaiting its re-run", actor=actor)
 
     def resolve(
         self, key: str, step_name: str, *, found: str | None, actor: str, note: str = "",
@@ -245,7 +244,7 @@ class Ledger(LedgerCore):
                 )
             reason = f"retry granted by {actor}" + (f": {note}" if note else "")
             tx.run("UPDATE rs_outcomes SET budget_base = attempts WHERE key = ?", (key,))
-            state = _O.FAILED if out.state == _O.BLOCKED else _O(out.state)
+            state = _O.SETTLED if out.state == _O.BLOCKED else _O(out.state)
             self._set_outcome(tx, out, state, reason, actor=actor)
             got = self._lock_outcome(tx, key)
             assert got is not None
