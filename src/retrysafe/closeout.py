@@ -151,6 +151,10 @@ def close(run: ClosingRun, success: bool, reason: str = "") -> OutcomeRecord:
     )
     run.folder.close()
     release(attempt.id)
+    if run.job.notify is not None:  # an effect of its own: never raises, never the run's result
+        from .notify import notify_transition
+
+        notify_transition(run.ledger, run.job, out)
     return out
 
 

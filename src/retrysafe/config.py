@@ -11,12 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import keys
 from .effects import EffectClass, Policy, parse_overrides
 from .errors import ConfigError, HomeNotWritable, InvalidParameter, UnknownJob
 from .location import CONFIG_NAME, config_file, ledger_settings, read_toml, resolve_home
+
+if TYPE_CHECKING:
+    from .notify.config import NotifyPlan
 
 __all__ = ["CONFIG_NAME", "Config", "Job", "Settings", "load_config", "resolve_home"]
 
@@ -37,6 +40,7 @@ _JOB_FIELDS = frozenset(
         "step_timeout",
         "check_timeout",
         "keep",
+        "notify",
     }
 )
 
@@ -82,6 +86,8 @@ class Job:
     """seconds a step's ``--check`` (or ``--validate``) command may run"""
     keep: float | None = None
     """seconds an outcome is kept after its last change before ``retrysafe prune`` removes it"""
+    notify: NotifyPlan | None = None
+    """where this job's notifications go (``[notify]``); ``None``: nowhere"""
 
     def resolve_params(
         self, given: Mapping[str, str], now: datetime | None = None
@@ -292,4 +298,8 @@ def load_config(
     connectors = raw.get("connectors", {})
     if not isinstance(connectors, Mapping) or not all(isinstance(v, Mapping) for v in connectors.values()):
         raise ConfigError(f"config {config_path}: [connectors.NAME] entries must be tables")
+    if "notify" in raw or any("notify" in t for t in jobs_table.values()):
+        from .notify.config import attach_plans  # only when something is configured
+
+        jobs = attach_plans(raw, jobs, config_path)
     return Config(settings=settings, jobs=jobs, connectors=connectors, raw=raw)

@@ -78,6 +78,10 @@ def missed(
             rows.append(
                 {"occurrence": text, "key": key, "state": status, "reason": out.reason if out else ""}
             )
+    if job.notify is not None:  # each missed occurrence is notified once; never raises
+        from ..notify import notify_missed
+
+        notify_missed(engine.ledger, job, rows, given, name)
     code = EXIT_FAILED if fail_if_missing and any(r["state"] not in _NOT_MISSED for r in rows) else 0
     if as_json:
         emit_json(rows)

@@ -166,8 +166,40 @@ CREATE INDEX rs_outcomes_job_updated ON rs_outcomes (job, updated_at, key);
 CREATE INDEX rs_outcomes_state_updated ON rs_outcomes (state, updated_at, key)
 """
 
-# (7) Notifications sent once per transition: reserved.
-_V7: Script = {}
+# Notifications are effects of their own: one row per (transition, channel), so two
+# processes that notify the same transition send it once (the unique key), a send
+# that fails stays pending for a later try, and the message (``body``) is what the
+# transition said, whenever it is sent. ``event_id`` is the rs_events row of the
+# outcome's transition (0 for a missed occurrence, which has none).
+_V7 = """
+CREATE TABLE rs_notifications (
+    id {serial},
+    outcome_key TEXT NOT NULL,
+    job TEXT NOT NULL,
+    event_id BIGINT NOT NULL DEFAULT 0,
+    event TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    state TEXT NOT NULL,
+    tries INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT NOT NULL DEFAULT '',
+    body TEXT NOT NULL,
+    claimed_until {float},
+    created_at {float} NOT NULL,
+    updated_at {float} NOT NULL,
+    sent_at {float},
+    UNIQUE (outcome_key, event_id, event, channel)
+);
+CREATE INDEX rs_notifications_state ON rs_notifications (state, job, id)
+"""
+
+# (8) Facts about the ledger itself: its identity, which the home records in
+# runs/.ledger-id so that a deleted, emptied or replaced ledger is noticed.
+_V8 = """
+CREATE TABLE rs_meta (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+)
+"""
 
 Script = str | dict[str, list[str]]
 """A migration: one script for every backend (statements split on ``;``), or
@@ -181,6 +213,7 @@ MIGRATIONS: list[tuple[int, str, Script]] = [
     (5, "step keys name their outcome unambiguously", _V5),
     (6, "indexes for listing outcomes in order", _V6),
     (7, "notifications, one per transition and channel", _V7),
+    (8, "the ledger's identity, recorded by the homes that use it", _V8),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
