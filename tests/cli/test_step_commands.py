@@ -79,7 +79,7 @@ def test_non_utf8_output_of_a_successful_step_is_done(home: Home, tmp_path: Path
     assert first.stdout.decode() == "\ufffd\ufffd\n"
     record = step_record(home, "job:a", "w")
     assert record["state"] == "done" and record["evidence"] == "\ufffd\ufffd"
-    assert (folder / "step-w.out").read_bytes() == b"id-7\n\xff\xfe"
+    assert (folder / "step-w.log").read_bytes() == b"id-7\n\xff\xfe"
     again = run_bytes(home, "step", "w", "--class", "local_write", "--attempt", attempt, "--", *cmd)
     assert again.returncode == 0 and again.stdout.decode() == "\ufffd\ufffd\n"
     assert marker.read_text() == "x\n"
@@ -110,7 +110,7 @@ def test_huge_output_caps_the_evidence_and_keeps_the_output(home: Home) -> None:
     evidence = step_record(home, "job:a", "big")["evidence"]
     assert len(evidence.encode()) <= 4096
     assert evidence.startswith("post-999") and evidence.endswith("[...]")
-    assert (folder / "step-big+i1.out").stat().st_size == 6_000_000 + 5 + 10_000 + 2
+    assert (folder / "step-big+i1.log").stat().st_size == 6_000_000 + 5 + 10_000 + 2
 
 
 def test_check_output_that_is_not_utf8_is_found_evidence(home: Home, tmp_path: Path) -> None:

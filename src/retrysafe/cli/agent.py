@@ -85,6 +85,13 @@ def _valid(key: str, step_name: str, item: str | None, effect_class: str | None 
     return step_key(key, step_name, item)
 
 
+def _step_json(key: str, step_name: str, item: str | None, skey: str, step_state: str,
+               **fields: Any) -> dict[str, Any]:
+    """What an agent command reports about one step, as ``--json`` prints it."""
+    return {"key": key, "step": step_name, "item": item, "step_key": skey, "state": step_state,
+            **fields}
+
+
 # --- begin -----------------------------------------------------------------------------
 
 
@@ -123,7 +130,7 @@ def begin(job_name: str, params: tuple[str, ...], lease: int | None, as_json: bo
     if run is not None and run.attempt is not None:
         attempt = run.attempt
         info.update(attempt_id=attempt.id, attempt=attempt.number, folder=str(run.dir),
-                    lease_seconds=lease_seconds)
+                    lease_seconds=lease_seconds, lease_expires=attempt.lease_expires)
         code = EXIT_DONE
         line = f"started: {begun.key} attempt {attempt.number} (id {attempt.id}); work in {run.dir}"
     elif begun.status is ClaimStatus.DONE:
@@ -212,6 +219,7 @@ def _decision_line(d: Decision) -> str:
     help="After 'lookup': you searched WHERE and the step key is not there.",
 )
 @_attempt_option
+@json_option
 def intent(
     key: str,
     step_name: str,
@@ -219,6 +227,7 @@ def intent(
     item: str | None,
     absent: str | None,
     attempt_id: str | None,
+    as_json: bool,
 ) -> None:
     """Record write-ahead 'running' just before the one action.
 
@@ -235,7 +244,10 @@ def intent(
     run = engine.resume(key, attempt_id)
     skey = run.intend(step_name, effect_class, item=item, absent=absent)
     record = command_line("record", key, step_name, options="--evidence ID")
-    click.echo(f"running: {skey}; act once now, then '{record}'")
+    if as_json:
+        emit_json(_step_json(key, step_name, item, skey, "running", next=record))
+    else:
+        click.echo(f"running: {skey}; act once now, then '{record}'")
 
 
 # --- record / unknown / block ------------------------------------------------------------
@@ -251,7 +263,9 @@ def intent(
 )
 @_item_option
 @_attempt_option
-def record(key: str, step_name: str, evidence: str, item: str | None, attempt_id: str | None) -> None:
+@json_option
+def record(key: str, step_name: str, evidence: str, item: str | None, attempt_id: str | None,
+           as_json: bool) -> None:
     """Record the evidence of an action, right after it happened.
 
     Also settles a step a lookup found. A step never intended is refused
@@ -272,7 +286,11 @@ def record(key: str, step_name: str, evidence: str, item: str | None, attempt_id
         run = engine.resume(key, attempt_id)
     except StaleAttempt as exc:
         raise StaleAttempt.unrecorded(exc, key, step_name, evidence) from None
-    if run.record_evidence(step_name, evidence, item=item):
+    recorded = run.record_evidence(step_name, evidence, item=item)
+    if as_json:
+        emit_json(_step_json(key, step_name, item, skey, "done", evidence=evidence,
+                             recorded=recorded))
+    elif recorded:
         click.echo(f"done: {skey}; evidence: {evidence}")
     else:
         click.echo(f"done: {skey} (already recorded)")
@@ -283,7 +301,9 @@ def record(key: str, step_name: str, evidence: str, item: str | None, attempt_id
 @click.option("--reason", required=True, metavar="TEXT", help="What happened (timeout, no answer...).")
 @_item_option
 @_attempt_option
-def unknown(key: str, step_name: str, reason: str, item: str | None, attempt_id: str | None) -> None:
+@json_option
+def unknown(key: str, step_name: str, reason: str, item: str | None, attempt_id: str | None,
+            as_json: bool) -> None:
     """Mark an intended step 'unknown': it may or may not have happened.
 
     The next run is told to look it up before acting.
@@ -296,7 +316,10 @@ def unknown(key: str, step_name: str, reason: str, item: str | None, attempt_id:
     engine = state().engine
     engine.existing_ledger()
     engine.resume(key, attempt_id).declare_unknown(step_name, reason, item=item)
-    click.echo(f"unknown: {skey}; the next run looks it up before acting")
+    if as_json:
+        emit_json(_step_json(key, step_name, item, skey, "unknown", reason=reason))
+    else:
+        click.echo(f"unknown: {skey}; the next run looks it up before acting")
 
 
 @click.command()
@@ -304,17 +327,24 @@ def unknown(key: str, step_name: str, reason: str, item: str | None, attempt_id:
 @click.option("--reason", required=True, metavar="TEXT", help="Exactly what a human must check to settle it.")
 @_item_option
 @_attempt_option
-def block(key: str, step_name: str, reason: str, item: str | None, attempt_id: str | None) -> None:
+@json_option
+def block(key: str, step_name: str, reason: str, item: str | None, attempt_id: str | None,
+          as_json: bool) -> None:
     """Stop a step for a human: the lookup was ambiguous. Exits 3.
 
     \b
     Example:
       retrysafe block KEY publish --reason 'two drafts titled X: ids 41, 42' --attempt ID
     """
-    _valid(key, step_name, item)
+    skey = _valid(key, step_name, item)
     engine = state().engine
     engine.existing_ledger()
-    raise engine.resume(key, attempt_id).declare_blocked(step_name, reason, item=item)
+    stopped = engine.resume(key, attempt_id).declare_blocked(step_name, reason, item=item)
+    if not as_json:
+        raise stopped
+    emit_json(_step_json(key, step_name, item, skey, "blocked", reason=stopped.reason,
+                         cause=stopped.cause.value, unblock=stopped.unblock))
+    sys.exit(stopped.exit_code)
 
 
 # --- close -------------------------------------------------------------------------------

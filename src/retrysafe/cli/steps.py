@@ -25,7 +25,7 @@ from ..donestep import done_step_evidence
 from ..errors import EXIT_BUSY, InvalidInput
 from ..keys import check_name, parse_assignments, slug, step_key
 from ..states import StepState
-from ._common import state
+from ._common import emit_json, json_option, state
 
 if TYPE_CHECKING:
     import subprocess
@@ -89,8 +89,8 @@ def last_line_evidence(fh: BinaryIO) -> str:
     return text
 
 
-def output_file(run: Run, name: str, item: str | None, suffix: str = ".out") -> Path:
-    """Where a step's command output is kept: ``attempt-N/step-NAME[+ITEM].out``."""
+def output_file(run: Run, name: str, item: str | None, suffix: str = ".log") -> Path:
+    """Where a step's command output is kept: ``attempt-N/step-NAME[+ITEM].log``."""
     run.folder.create()
     return run.dir / f"step-{slug(name)}{'+' + slug(item) if item else ''}{suffix}"
 
@@ -246,34 +246,65 @@ def shell_lookup(check: str, env: Mapping[str, str], out: Path | None = None,
     return lookup
 
 
-def _echo(fh: BinaryIO) -> None:
-    """Pass a command's kept stdout on to our stderr, bytes as they are."""
-    fh.seek(0)
-    sys.stderr.flush()
-    target = getattr(sys.stderr, "buffer", None)
-    if target is not None:
-        shutil.copyfileobj(fh, target)
-        target.flush()
-    else:
-        sys.stderr.write(fh.read().decode("utf-8", errors="replace"))
-    fh.seek(0, os.SEEK_END)
+_FOLLOW_PAUSE = 0.05
+"""Seconds the follower of a step's log waits for more output when it has read all."""
+
+
+class _Follower:
+    """Passes on to our stderr, bytes as they are, what a command appends to its
+    log file, as it comes: the command writes the file itself (no pipe), so it
+    never blocks on us nor dies of a broken pipe if we go away, and a reader of
+    the log sees the same bytes live. Only a block of output is in memory."""
+
+    def __init__(self, path: Path) -> None:
+        self._fh = open(path, "rb")  # noqa: SIM115 - closed by stop()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._follow, name="step-output", daemon=True)
+        self._thread.start()
+
+    def _follow(self) -> None:
+        target = getattr(sys.stderr, "buffer", None)
+        while True:
+            ended = self._done.is_set()  # read once more after the command ended
+            chunk = self._fh.read(_BLOCK)
+            if chunk:
+                if target is not None:
+                    target.write(chunk)
+                    target.flush()
+                else:
+                    sys.stderr.write(chunk.decode("utf-8", errors="replace"))
+                    sys.stderr.flush()
+            elif ended:
+                return
+            else:
+                self._done.wait(_FOLLOW_PAUSE)
+
+    def stop(self) -> None:
+        """The command ended: pass on the rest of its output, then stop."""
+        self._done.set()
+        self._thread.join()
+        self._fh.close()
 
 
 def command_execute(cmd: tuple[str, ...], env: Mapping[str, str], out: Path,
                     timeout: float | None = None) -> Any:
     """CMD as an effect: exit 0 done (last stdout line = evidence), 75 failed, else unknown.
 
-    Its stdout is kept whole in ``out`` and echoed on stderr; the exit status
+    Its stdout is written whole to ``out`` (``step-NAME.log``) by the command
+    itself and passed on to our stderr as it comes; the evidence is read from
+    the end of that file (at most :data:`EVIDENCE_MAX` bytes). The exit status
     alone decides, whatever bytes it printed. Past ``timeout`` seconds its
     process group is killed and the step is unknown."""
 
     def execute(step_key: str) -> str:
         with open(out, "w+b") as fh:
+            sys.stderr.flush()
+            follower = _Follower(out)
             try:
                 rc = run_bounded(list(cmd), {**env, envvars.STEP_KEY: step_key}, stdout=fh,
                                  stderr=None, timeout=timeout, what="command")
             finally:
-                _echo(fh)
+                follower.stop()
             if rc == 0:
                 return last_line_evidence(fh) or NO_EVIDENCE
         if rc == EXIT_BUSY:
@@ -345,18 +376,20 @@ _SECONDS = click.FloatRange(min=0, min_open=True, max=1e9)
               "--check running this long is ambiguous. Default: the job's step_timeout and "
               "check_timeout.")
 @click.option("--attempt", "attempt_id", metavar="ID", help="Attempt id (default: $RETRYSAFE_ATTEMPT_ID).")
+@json_option
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def step(name: str, effect_class: str | None, item: str | None, check: str | None,
          connector: str | None, payload_file: str | None, with_pairs: tuple[str, ...],
-         allow_update: bool, timeout: float | None, attempt_id: str | None,
+         allow_update: bool, timeout: float | None, attempt_id: str | None, as_json: bool,
          cmd: tuple[str, ...]) -> None:
     """Perform an effect step at most once, inside the current attempt.
 
     \b
     CMD gets RETRYSAFE_STEP_KEY to hand to the provider. Exit 0: done, the
-    last line of its stdout is the evidence (printed; at most 4 KiB, the whole
-    output is kept in the attempt folder). Exit 75: failed, nothing happened.
-    Anything else, or --timeout: unknown; the next try runs --check first.
+    last line of its stdout is the evidence (printed; at most 4 KiB). Its
+    stdout streams to stderr and to step-NAME.log in the attempt folder as it
+    comes. Exit 75: failed, nothing happened. Anything else, or --timeout:
+    unknown; the next try runs --check first. --json: the result as JSON.
 
     \b
     Examples:
@@ -375,7 +408,7 @@ def step(name: str, effect_class: str | None, item: str | None, check: str | Non
     if not connector:
         assert effect_class is not None
         opts = state()
-        done = done_step_evidence(name, effect_class, item=item, attempt_id=attempt_id,
+        done = None if as_json else done_step_evidence(name, effect_class, item=item, attempt_id=attempt_id,
                                   home=opts.home, config=opts.config, ledger=opts.ledger)
         if done is not None:  # the answer the console script gives (retrysafe._entry)
             click.echo(done)
@@ -398,7 +431,11 @@ def step(name: str, effect_class: str | None, item: str | None, check: str | Non
                               check_limit) if check else None
         evidence = run.effect(name, effect_class, execute=drill_faults(name, execute),
                               lookup=lookup, item=item, check=check)
-    click.echo(evidence)
+    if as_json:
+        emit_json({"key": run.key, "step": name, "item": item, "step_key": step_key(run.key, name, item),
+                   "state": StepState.DONE.value, "evidence": evidence, "attempt": run.number})
+    else:
+        click.echo(evidence)
 
 
 @click.command(context_settings=_CMD_SETTINGS)
@@ -411,14 +448,17 @@ def step(name: str, effect_class: str | None, item: str | None, check: str | Non
               help="Kill CMD's (or --validate's) process group after this long: the step "
               "fails. Default: the job's step_timeout (check_timeout for --validate).")
 @click.option("--attempt", "attempt_id", metavar="ID", help="Attempt id (default: $RETRYSAFE_ATTEMPT_ID).")
+@json_option
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def generate(name: str, output: str | None, validate: str | None, item: str | None,
-             timeout: float | None, attempt_id: str | None, cmd: tuple[str, ...]) -> None:
+             timeout: float | None, attempt_id: str | None, as_json: bool,
+             cmd: tuple[str, ...]) -> None:
     """Produce an artifact once (CMD writes $RETRYSAFE_OUTPUT) and print its path.
 
     \b
     If an accepted artifact exists, its path is printed and CMD is not run:
-    a retry delivers the text the model wrote the first time.
+    a retry delivers the text the model wrote the first time. CMD's stdout
+    streams to stderr and to step-NAME.log in the attempt folder.
 
     \b
     Example:
@@ -436,14 +476,19 @@ def generate(name: str, output: str | None, validate: str | None, item: str | No
     validate_limit = timeout if timeout is not None else run.job.check_timeout
 
     def produce(out: Path) -> None:
-        # the generator's stdout goes to our stderr as it comes, bytes as they are
-        try:
-            rc = run_bounded(list(cmd), {**env, envvars.OUTPUT: str(out),
-                                         envvars.STEP_KEY: skey},
-                             stdout=sys.stderr, stderr=None, timeout=produce_limit,
-                             what="command")
-        except TimeoutError as exc:
-            raise EffectFailed(str(exc)) from None
+        # the generator's stdout goes to its log and our stderr as it comes, bytes as they are
+        log = output_file(run, name, item)
+        with open(log, "wb") as fh:
+            sys.stderr.flush()
+            follower = _Follower(log)
+            try:
+                rc = run_bounded(list(cmd), {**env, envvars.OUTPUT: str(out),
+                                             envvars.STEP_KEY: skey},
+                                 stdout=fh, stderr=None, timeout=produce_limit, what="command")
+            except TimeoutError as exc:
+                raise EffectFailed(str(exc)) from None
+            finally:
+                follower.stop()
         if rc != 0:
             raise EffectFailed(f"command exited {rc}")
 
@@ -456,4 +501,8 @@ def generate(name: str, output: str | None, validate: str | None, item: str | No
 
     path = run.generate(name, produce, filename=output, item=item,
                         validate=check_valid if validate else None)
-    click.echo(str(path))
+    if as_json:
+        emit_json({"key": run.key, "step": name, "item": item, "step_key": skey,
+                   "state": StepState.DONE.value, "path": str(path), "attempt": run.number})
+    else:
+        click.echo(str(path))
