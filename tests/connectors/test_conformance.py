@@ -28,6 +28,7 @@ import retrysafe
 from retrysafe.connectors import ABSENT, CONNECTOR_TYPES, ConnectorBase, Found, build_connector
 from retrysafe.connectors.files import slug_of
 from retrysafe.errors import ConfigError, InvalidInput
+from retrysafe.evidence import fields_of, from_column, to_column
 
 ALICE = f"alice@{DOMAIN}"
 
@@ -506,6 +507,41 @@ def test_sigkill_right_after_execute_then_rerun_finds_the_effect_and_does_not_re
     assert (code, out) == (0, {"found": evidence})
     assert case.count(key, payload) == 1
     assert case.state() == before
+
+
+#: the named fields each type's evidence carries (an id and a URL where the system has one);
+#: email (Message-ID) and git (SHA) evidence is the id itself, with no fields
+EVIDENCE_FIELDS = {
+    "wordpress": {"id", "url", "slug", "status"},
+    "matrix": {"event_id", "room", "url"},
+    "slack": {"channel", "ts"},
+    "discord": {"id", "channel_id"},
+    "telegram": {"chat_id", "message_id"},
+    "stripe": {"id", "status", "amount", "currency"},
+    "sheets": {"row", "worksheet", "url"},
+    "http": {"id"},
+    "csv": {"path", "row"},
+    "sql": {"table", "id"},
+    "file": {"path", "sha256"},
+    "git_push": {"remote", "branch", "sha"},
+    "email": set(),
+    "git": set(),
+}
+
+
+def test_evidence_names_its_fields_and_the_ledger_column_keeps_them(case: Case, key: str) -> None:
+    """execute and lookup both answer evidence with the type's named fields; stored in the
+    ledger's text column and read back, the value and the fields are unchanged."""
+    conn = case.connector()
+    payload = case.payload()
+    expected = EVIDENCE_FIELDS[case.type_name]
+    evidence = conn.execute(key, payload)
+    assert set(fields_of(evidence)) >= expected
+    stored = from_column(to_column(evidence))
+    assert stored == evidence and str(stored) == str(evidence)
+    assert fields_of(stored) == fields_of(evidence)
+    result = conn.lookup(key, payload)
+    assert isinstance(result, Found) and set(fields_of(result.evidence)) >= expected
 
 
 def test_verify_notices_when_the_target_changed(case: Case, key: str) -> None:

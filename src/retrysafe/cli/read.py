@@ -8,6 +8,7 @@ import click
 
 from ..engine import Engine, unblock_hint
 from ..errors import EXIT_DONE, EXIT_FAILED, InvalidInput, UnknownOutcome
+from ..evidence import fields_of
 from ..folders import outcome_dir
 from ..keys import step_suffix
 from ..ledger import OutcomeRecord
@@ -74,6 +75,13 @@ def status(key: str, as_json: bool) -> None:
         table(["step", "class", "state", "evidence / reason"],
               [[s.name + (f"/{s.item}" if s.item else ""), s.effect_class or s.kind, s.state,
                 (s.evidence or "") if s.state == "done" else s.reason] for s in steps])
+        named = [(s, fields_of(s.evidence)) for s in steps if s.state == "done"]
+        if any(fields for _, fields in named):
+            click.echo("")
+            click.echo("evidence")
+            for s, fields in named:
+                for field, value in fields.items():
+                    click.echo(f"  {s.name + (f'/{s.item}' if s.item else '')}.{field} = {value}")
 
 
 @click.command()

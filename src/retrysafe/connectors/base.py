@@ -11,7 +11,9 @@ contract; the engine calls, in this order:
   :class:`Ambiguous` (a human must check; the reason says what).
 * ``execute(step_key, payload)`` performs the effect, handing ``step_key`` to the
   provider (idempotency header, Message-ID, commit trailer, key column...), and
-  returns the evidence (provider ID, SHA, URL...). It raises
+  returns the evidence (provider ID, SHA, URL...): a string, or an
+  :class:`Evidence` (the same string with named fields such as ``id`` and
+  ``url``, shown by ``status``). It raises
   :class:`EffectFailed` when the effect definitely did not happen (HTTP 400,
   wrong password, permission denied). Any other exception (timeout, dropped
   connection, crash) means the effect may have happened: the step becomes
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..errors import ConfigError, ConnectorError
+from ..evidence import Evidence
 from ._registry import registered_name
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "Ambiguous",
     "ConnectorBase",
     "EffectFailed",
+    "Evidence",
     "Found",
     "LookupResult",
     "Payload",
@@ -51,7 +55,8 @@ Payload = Mapping[str, Any]
 
 @dataclass(frozen=True)
 class Found:
-    """The effect exists; ``evidence`` proves it (provider ID, SHA, URL...)."""
+    """The effect exists; ``evidence`` proves it (provider ID, SHA, URL...), as
+    :class:`~retrysafe.evidence.Evidence` when it carries named fields."""
 
     evidence: str
     detail: Mapping[str, Any] = field(default_factory=dict)

@@ -31,7 +31,7 @@ import httpx
 from ..errors import ConfigError, ConnectorError, InvalidInput
 from ._config import integer, number, optional_secret, optional_str, reject_unknown, string
 from ._web import JsonApi, check_url, key_digest, one_match
-from .base import Ambiguous, ConnectorBase, LookupResult, Payload
+from .base import Ambiguous, ConnectorBase, Evidence, LookupResult, Payload
 
 __all__ = ["DiscordConnector"]
 
@@ -117,10 +117,18 @@ class DiscordConnector(ConnectorBase):
         else:
             body = {**payload, "nonce": nonce_of(step_key), "enforce_nonce": True}
             resp = self._api.effect("POST", self._messages_url(), json=body)
-        message_id = (JsonApi.json(resp) or {}).get("id")
+        answer = JsonApi.json(resp) or {}
+        message_id = answer.get("id")
         if not message_id:
             raise ConnectorError(f"{self.where}: Discord answered {resp.status_code} without a message id")
-        return str(message_id)
+        return self._evidence(str(message_id), answer.get("channel_id"), answer.get("guild_id"))
+
+    def _evidence(self, message_id: str, channel_id: Any = None, guild_id: Any = None) -> Evidence:
+        """The message id; the fields name the channel and, with a server, the message's link."""
+        channel = str(channel_id or self.channel_id or "")
+        link = (f"https://discord.com/channels/{guild_id}/{channel}/{message_id}"
+                if guild_id and channel else None)
+        return Evidence(message_id, id=message_id, channel_id=channel, url=link)
 
     # --- lookup -------------------------------------------------------------
 
@@ -144,7 +152,8 @@ class DiscordConnector(ConnectorBase):
             if (message.get("author") or {}).get("id") != bot:
                 continue
             if message.get("nonce") == nonce:
-                found.append(str(message["id"]))
+                found.append(self._evidence(str(message["id"]), message.get("channel_id"),
+                                            message.get("guild_id")))
             elif "nonce" not in message and content and message.get("content") == content:
                 unmarked.append(str(message["id"]))
         if not found and unmarked:

@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import ConfigError, InvalidInput
 from ..fsio import atomic_write
 from ._config import config_bool, optional_str, parse_bool, reject_unknown, string
-from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult, Payload
+from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Evidence, Found, LookupResult, Payload
 
 __all__ = ["FileConnector", "sha256_of", "slug_of"]
 
@@ -49,8 +49,8 @@ def slug_of(key: str) -> str:
     return slug or "_"
 
 
-def _evidence(digest: str, target: Path) -> str:
-    return f"sha256:{digest}@{target}"
+def _evidence(digest: str, target: Path) -> Evidence:
+    return Evidence(f"sha256:{digest}@{target}", path=str(target), sha256=digest)
 
 
 class FileConnector(ConnectorBase):

@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 from ..errors import ConfigError, ConnectorError, InvalidInput
 from ._config import config_bool, optional_str, reject_unknown
-from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult, Payload
+from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Evidence, Found, LookupResult, Payload
 
 __all__ = ["TRAILER", "GitCommitConnector", "GitPushConnector"]
 
@@ -367,7 +367,7 @@ class GitPushConnector(_GitBase):
     def execute(self, step_key: str, payload: Payload) -> str:
         repo, remote, branch, sha = self._target(payload)
         res = _git(repo, "push", "--porcelain", remote, f"{sha}:refs/heads/{branch}", check=False)
-        evidence = f"{remote}/{branch}@{sha}"
+        evidence = Evidence(f"{remote}/{branch}@{sha}", remote=remote, branch=branch, sha=sha)
         if res.code == 0:
             return evidence
         text = (res.out + res.err).lower()
@@ -396,7 +396,8 @@ class GitPushConnector(_GitBase):
             return ABSENT
         contained = _git(repo, "merge-base", "--is-ancestor", sha, ref, check=False)
         if contained.code == 0:
-            return Found(f"{remote}/{branch}@{sha}", {"remote_ref": ref})
+            return Found(Evidence(f"{remote}/{branch}@{sha}", remote=remote, branch=branch, sha=sha),
+                         {"remote_ref": ref})
         if contained.code == 1:
             return ABSENT
         raise ConnectorError(f"git merge-base in {repo} failed: {_first_line(contained.err)}")

@@ -47,7 +47,7 @@ from ._config import (
     sub_table,
 )
 from ._web import JsonApi, check_url, dig, excerpt, header_value, one_match
-from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult, Payload
+from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Evidence, Found, LookupResult, Payload
 
 __all__ = ["HttpConnector", "header_value"]
 
@@ -65,6 +65,7 @@ _FIELDS = frozenset(
         "idempotent",
         "evidence_field",
         "evidence_header",
+        "evidence_fields",
         "done_without_id",
         "ok_field",
         "error_field",
@@ -123,6 +124,7 @@ class HttpConnector(ConnectorBase):
         lookup_url: str | None = None,
         lookup_results: str | None = None,
         lookup_evidence_field: str | None = None,
+        evidence_fields: Mapping[str, str] | None = None,
         token: str | None = None,
         auth_header: str = "Authorization",
         auth_scheme: str = "Bearer",
@@ -155,6 +157,7 @@ class HttpConnector(ConnectorBase):
         self.lookup_url = check_url(lookup_url, f"connector {name!r}: lookup_url") if lookup_url else None
         self.lookup_results = lookup_results
         self.lookup_evidence_field = lookup_evidence_field or evidence_field
+        self.evidence_fields = dict(evidence_fields or {})
         self._token = token
         self.auth_header = auth_header
         self.auth_scheme = auth_scheme
@@ -196,6 +199,8 @@ class HttpConnector(ConnectorBase):
             lookup_url=optional_str(where, table, "lookup_url"),
             lookup_results=optional_str(where, table, "lookup_results") or None,
             lookup_evidence_field=optional_str(where, table, "lookup_evidence_field"),
+            evidence_fields={str(k): str(v)
+                             for k, v in (sub_table(where, table, "evidence_fields") or {}).items()},
             token=token,
             auth_header=string(where, table, "auth_header", "Authorization"),
             auth_scheme="Bearer" if auth_scheme is None else auth_scheme,
@@ -291,14 +296,16 @@ class HttpConnector(ConnectorBase):
                 return str(header)
             missing = f"header {self.evidence_header!r}"
         else:
-            value = dig(JsonApi.json(resp), self.evidence_field)
+            answer = JsonApi.json(resp)
+            value = dig(answer, self.evidence_field)
             if value is not None and value != "":
-                return str(value)
+                return self._named(str(value), answer)
             missing = f"JSON field {self.evidence_field!r}"
         if self.done_without_id:
             # Declared: this endpoint answers nothing to find it by (a webhook).
             lookup = "" if self.lookup_url else "; no lookup possible"
-            return f"{resp.status_code} from {httpx.URL(url).host} (no id in the answer{lookup})"
+            return Evidence(f"{resp.status_code} from {httpx.URL(url).host} (no id in the answer{lookup})",
+                            http_status=resp.status_code)
         # The request succeeded but left no evidence: the lookup must find it.
         raise ConnectorError(f"{url} answered {resp.status_code} without the {missing}")
 
@@ -326,9 +333,10 @@ class HttpConnector(ConnectorBase):
                 return Ambiguous(f"lookup GET {url} answered 200 with an error ({error}): {excerpt(resp)}")
             if self.lookup_results is not None:
                 return self._search_result(resp, url)
-            value = dig(JsonApi.json(resp), self.lookup_evidence_field)
+            answer = JsonApi.json(resp)
+            value = dig(answer, self.lookup_evidence_field)
             if value is not None and value != "":
-                return Found(str(value))
+                return Found(self._named(str(value), answer))
             return Ambiguous(
                 f"lookup GET {url} answered 200 without the JSON field "
                 f"{self.lookup_evidence_field!r}; open it and check what it found"
@@ -353,7 +361,17 @@ class HttpConnector(ConnectorBase):
                 f"lookup GET {url} found results without the JSON field "
                 f"{self.lookup_evidence_field!r}; open it and check what it found"
             )
-        return one_match([str(value) for value in found], searched=f"the search GET {url}")
+        return one_match([self._named(str(value), item) for value, item in zip(found, results, strict=True)],
+                         searched=f"the search GET {url}")
+
+    def _named(self, value: str, answer: Any) -> Evidence:
+        """The evidence ``value`` with the fields ``evidence_fields`` names (name = JSON path)
+        read from the answer; ``id`` is the value unless declared otherwise."""
+        fields: dict[str, Any] = {"id": value}
+        for name, path in self.evidence_fields.items():
+            found = dig(answer, path)
+            fields[name] = found if isinstance(found, (str, int, float, bool)) else None
+        return Evidence(value, fields)
 
     def verify(self, step_key: str, evidence: str) -> bool:
         """A fresh lookup finds the evidence; a declared id-less send without lookup

@@ -47,7 +47,7 @@ from ._config import (
     required_str,
     string,
 )
-from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult, Payload
+from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Evidence, Found, LookupResult, Payload
 
 __all__ = ["KEY_FIELD", "LABELS_FIELD", "MatrixConnector"]
 
@@ -203,6 +203,11 @@ class MatrixConnector(ConnectorBase):
 
     # --- execute ------------------------------------------------------------------
 
+    def _evidence(self, event_id: str) -> Evidence:
+        """The event id; its fields name the room and a matrix.to link to the event."""
+        link = f"https://matrix.to/#/{quote(self.room, safe='!:')}/{quote(event_id, safe='$:')}"
+        return Evidence(event_id, event_id=event_id, room=self.room, url=link)
+
     def execute(self, step_key: str, payload: Payload) -> str:
         self.validate(payload)
         # The step key is the transaction id: a repeat from this device returns the first event.
@@ -223,7 +228,7 @@ class MatrixConnector(ConnectorBase):
             except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
                 event_id = None
             if isinstance(event_id, str) and event_id:
-                return event_id
+                return self._evidence(event_id)
             raise ConnectorError(f"{self.homeserver} answered 200 without an event_id: {_excerpt(resp)}")
         if 400 <= resp.status_code < 500 and resp.status_code not in _UNCLEAR_4XX:
             # Refused (not in the room, bad token, bad content): the server persisted nothing.
@@ -286,7 +291,7 @@ class MatrixConnector(ConnectorBase):
             ids = ", ".join(str(e.get("event_id")) for e in found)
             return Ambiguous(f"{len(found)} messages in {self.room} carry the key {step_key!r}: {ids}")
         if found:
-            return Found(str(found[0]["event_id"]), {"room": self.room})
+            return Found(self._evidence(str(found[0]["event_id"])), {"room": self.room})
         if complete:
             return ABSENT
         return Ambiguous(f"none of the last {read} messages in {self.room} carries the key {step_key!r}, "

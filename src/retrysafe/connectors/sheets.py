@@ -34,7 +34,7 @@ from typing import Any
 from ..errors import ConfigError, ConnectorError, InvalidInput
 from ._config import number, optional_str, reject_unknown, required_str, string
 from ._web import check_url, one_match, refused
-from .base import ConnectorBase, EffectFailed, Found, LookupResult, Payload
+from .base import ConnectorBase, EffectFailed, Evidence, Found, LookupResult, Payload
 
 try:
     import gspread
@@ -166,9 +166,10 @@ class SheetsConnector(ConnectorBase):
             )
         return header
 
-    def _evidence(self, sheet: gspread.Worksheet, row: int) -> str:
+    def _evidence(self, sheet: gspread.Worksheet, row: int) -> Evidence:
         url = f"https://docs.google.com/spreadsheets/d/{self.spreadsheet_id}/edit#gid={sheet.id}"
-        return f"{sheet.title}!{row}:{row} {url}&range={row}:{row}"
+        return Evidence(f"{sheet.title}!{row}:{row} {url}&range={row}:{row}", row=row,
+                        worksheet=sheet.title, url=f"{url}&range={row}:{row}")
 
     def validate(self, payload: Payload) -> None:
         if self.key_column in payload:

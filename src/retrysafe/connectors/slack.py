@@ -33,7 +33,7 @@ from typing import Any
 from ..errors import ConfigError, ConnectorError, InvalidInput
 from ._config import integer, number, optional_secret, optional_str, reject_unknown, string
 from ._web import one_line, one_match, refused
-from .base import Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult, Payload
+from .base import Ambiguous, ConnectorBase, EffectFailed, Evidence, Found, LookupResult, Payload
 
 try:
     from slack_sdk import WebClient
@@ -45,7 +45,8 @@ except ImportError as exc:  # an optional dependency
 __all__ = ["SlackConnector"]
 
 _FIELDS = frozenset(
-    {"type", "token_env", "channel", "webhook_url_env", "base_url", "event_type", "lookup_limit", "timeout"}
+    {"type", "token_env", "channel", "webhook_url_env", "base_url", "event_type", "lookup_limit", "timeout",
+     "workspace_url"}
 )
 _PAYLOAD = frozenset(
     {
@@ -86,8 +87,10 @@ class SlackConnector(ConnectorBase):
         event_type: str = "retrysafe_step",
         lookup_limit: int = 1000,
         timeout: float = 30.0,
+        workspace_url: str | None = None,
     ) -> None:
         self.name = name
+        self.workspace_url = (workspace_url or "").rstrip("/")
         self.where = f"connector {name!r}"
         if (token is None) == (webhook_url is None):
             raise ConfigError(f"{self.where}: give either token_env (with channel) or webhook_url_env")
@@ -119,6 +122,7 @@ class SlackConnector(ConnectorBase):
             event_type=string(where, table, "event_type", "retrysafe_step"),
             lookup_limit=integer(where, table, "lookup_limit", 1000),
             timeout=number(where, table, "timeout", 30.0, unit="seconds"),
+            workspace_url=optional_str(where, table, "workspace_url"),
         )
 
     def _client(self) -> WebClient:
@@ -145,7 +149,14 @@ class SlackConnector(ConnectorBase):
             raise self._api_error("chat.postMessage", exc) from exc
         except Exception as exc:
             raise self._transport_error("chat.postMessage", exc) from exc
-        return f"{resp.get('channel') or self.channel}/{resp.get('ts')}"
+        return self._evidence(str(resp.get("channel") or self.channel), str(resp.get("ts")))
+
+    def _evidence(self, channel: str, ts: str) -> Evidence:
+        """``channel/ts``; the fields name both, and the permalink when ``workspace_url``
+        is set (Slack's documented form ``/archives/CHANNEL/pTS``)."""
+        link = (f"{self.workspace_url}/archives/{channel}/p{ts.replace('.', '')}"
+                if self.workspace_url else None)
+        return Evidence(f"{channel}/{ts}", channel=channel, ts=ts, url=link)
 
     def _api_error(self, method: str, exc: SlackApiError) -> ConnectorError:
         status = exc.response.status_code
@@ -171,7 +182,8 @@ class SlackConnector(ConnectorBase):
             raise self._transport_error("the incoming webhook", exc) from exc
         said = f"the incoming webhook answered {resp.status_code} {one_line(resp.body or '')}"
         if 200 <= resp.status_code < 300:
-            return _WEBHOOK_EVIDENCE.format(status=resp.status_code)
+            return Evidence(_WEBHOOK_EVIDENCE.format(status=resp.status_code), http_status=resp.status_code,
+                            lookup="none possible")
         if refused(resp.status_code):
             raise EffectFailed(f"{self.where}: {said}; nothing was posted")
         raise ConnectorError(f"{self.where}: {said}; the message may have been posted")
@@ -209,9 +221,9 @@ class SlackConnector(ConnectorBase):
             f"{self.where}: conversations.history did not answer ({type(exc).__name__}): try later"
         )
 
-    def _matches(self, step_key: str) -> tuple[list[str], bool]:
+    def _matches(self, step_key: str) -> tuple[list[Evidence], bool]:
         client = self._client()
-        found: list[str] = []
+        found: list[Evidence] = []
         seen = 0
         cursor: str | None = None
         while True:
@@ -229,7 +241,7 @@ class SlackConnector(ConnectorBase):
                     metadata.get("event_type") == self.event_type
                     and (metadata.get("event_payload") or {}).get(_KEY_FIELD) == step_key
                 ):
-                    found.append(f"{self.channel}/{message.get('ts')}")
+                    found.append(self._evidence(self.channel, str(message.get("ts"))))
             cursor = (resp.get("response_metadata") or {}).get("next_cursor") or None
             if not resp.get("has_more") or cursor is None:
                 return found, True

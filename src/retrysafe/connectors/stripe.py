@@ -30,7 +30,7 @@ from typing import Any
 from ..errors import ConfigError, ConnectorError, InvalidInput
 from ._config import config_bool, env_secret, number, reject_unknown, required_str, string
 from ._web import check_url, header_value, key_digest, one_match, refused
-from .base import Ambiguous, ConnectorBase, EffectFailed, LookupResult, Payload
+from .base import Ambiguous, ConnectorBase, EffectFailed, Evidence, LookupResult, Payload
 
 try:
     import stripe
@@ -157,7 +157,16 @@ class StripeConnector(ConnectorBase):
             )
         except stripe.StripeError as exc:
             raise self._error(exc) from exc
-        return str(intent["id"])
+        return self._evidence(intent)
+
+    @staticmethod
+    def _evidence(intent: Any) -> Evidence:
+        """The PaymentIntent id; the fields add its status, amount and currency."""
+        def field(name: str) -> Any:
+            return intent[name] if name in intent else None  # noqa: SIM401 - StripeObject has no .get
+
+        return Evidence(str(intent["id"]), id=str(intent["id"]), status=field("status"),
+                        amount=field("amount"), currency=field("currency"))
 
     def _error(self, exc: stripe.StripeError) -> ConnectorError:
         said = f"Stripe answered {exc.http_status or 'nothing'}: {exc.user_message or type(exc).__name__}"
@@ -193,7 +202,7 @@ class StripeConnector(ConnectorBase):
                 "abandoned (it awaits confirmation or action): settle it in the Stripe dashboard"
             )
         searched = f"the PaymentIntent search {search_query(step_key)}"
-        return one_match([str(pi["id"]) for pi in intents], searched=searched)
+        return one_match([self._evidence(pi) for pi in intents], searched=searched)
 
     def verify(self, step_key: str, evidence: str) -> bool:
         """The intent still carries the key, is paid, and its charge was not refunded."""

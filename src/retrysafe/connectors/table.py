@@ -39,7 +39,7 @@ from typing import Any, Literal
 from ..errors import ConfigError, ConnectorError, InvalidInput
 from ..fsio import atomic_write
 from ._config import config_bool, env_secret, optional_str, reject_unknown, required_str, string
-from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult, Payload
+from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Evidence, Found, LookupResult, Payload
 
 __all__ = ["CsvTableConnector", "SqlTableConnector"]
 
@@ -177,8 +177,9 @@ class CsvTableConnector(ConnectorBase):
         k = self._key_index(header)
         return header, [i for i, row in enumerate(rows) if len(row) > k and row[k] == step_key]
 
-    def _evidence(self, index: int) -> str:
-        return f"{self.path}#{index + 2}"  # +1 for the header, +1 because rows count from 1
+    def _evidence(self, index: int) -> Evidence:
+        row = index + 2  # +1 for the header, +1 because rows count from 1
+        return Evidence(f"{self.path}#{row}", path=str(self.path), row=row)
 
     def _check_payload(self, header: list[str], payload: Payload) -> None:
         if self.key_column in payload:
@@ -351,8 +352,8 @@ class SqlTableConnector(ConnectorBase):
     def _id_sql(self) -> str:
         return self._q(self.id_column) if self.id_column else self._q(self.key_column)
 
-    def _evidence(self, ident: Any) -> str:
-        return f"{self.table}#{ident}"
+    def _evidence(self, ident: Any) -> Evidence:
+        return Evidence(f"{self.table}#{ident}", table=self.table, id=ident)
 
     def _select_sql(self, what: str) -> str:
         return f"SELECT {what} FROM {self._table_sql()} WHERE {self._q(self.key_column)} = ?"

@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import ConfigError, InvalidInput
 from ._config import config_bool, env_secret, number, optional_str, reject_unknown, required_str, string
 from ._web import JsonApi, check_url, dig, excerpt, key_digest, one_match
-from .base import Ambiguous, ConnectorBase, EffectFailed, LookupResult, Payload
+from .base import Ambiguous, ConnectorBase, EffectFailed, Evidence, LookupResult, Payload
 
 __all__ = ["TelegramConnector"]
 
@@ -57,12 +57,15 @@ def tag_of(step_key: str) -> str:
     return f"#rs{key_digest(step_key, 20)}"
 
 
-def evidence_of(message: Mapping[str, Any]) -> str:
-    """The message's public link when the chat has a username, else ``chat_id/message_id``."""
+def evidence_of(message: Mapping[str, Any]) -> Evidence:
+    """The message's public link when the chat has a username, else ``chat_id/message_id``;
+    the fields name the chat, the message id and the link."""
     chat = message.get("chat") or {}
+    fields = {"chat_id": chat.get("id"), "message_id": message.get("message_id")}
     if chat.get("username"):
-        return f"https://t.me/{chat['username']}/{message.get('message_id')}"
-    return f"{chat.get('id')}/{message.get('message_id')}"
+        link = f"https://t.me/{chat['username']}/{message.get('message_id')}"
+        return Evidence(link, fields, url=link)
+    return Evidence(f"{chat.get('id')}/{message.get('message_id')}", fields)
 
 
 class TelegramConnector(ConnectorBase):

@@ -45,7 +45,7 @@ from ._config import (
     required_str,
     string,
 )
-from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult, Payload
+from .base import ABSENT, Ambiguous, ConnectorBase, EffectFailed, Evidence, Found, LookupResult, Payload
 
 __all__ = ["KEY_META", "PLUGIN_PATH", "WordPressConnector", "slug_for_key"]
 
@@ -199,9 +199,10 @@ class WordPressConnector(ConnectorBase):
         return body
 
     @staticmethod
-    def _evidence(post: Mapping[str, Any]) -> str:
-        """One line: the post id and its link."""
-        return f"{post['id']} {post.get('link') or ''}".rstrip()
+    def _evidence(post: Mapping[str, Any]) -> Evidence:
+        """One line: the post id and its link; the fields name them (and slug, status)."""
+        return Evidence(f"{post['id']} {post.get('link') or ''}".rstrip(), id=post["id"],
+                        url=post.get("link"), slug=post.get("slug"), status=post.get("status"))
 
     def validate(self, payload: Payload) -> None:
         """A post needs a title; known fields only; status, slug and term ids well-formed."""

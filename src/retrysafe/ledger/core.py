@@ -25,6 +25,7 @@ from ..errors import (
     command_line,
     unblock_command,
 )
+from ..evidence import to_column
 from ..states import (
     OUTCOME_TRANSITIONS,
     PROGRESS_MARKS,
@@ -493,6 +494,8 @@ class LedgerCore:
             r = runner or attempt.holder
             changes["runner_host"], changes["runner_pid"], changes["runner_started"] = r
         changes.update(fields)
+        if "evidence" in changes:  # named fields ride along as JSON (evidence.py)
+            changes["evidence"] = to_column(changes["evidence"])
         may_insert = allowed is None or None in allowed
         sources = _sources(to, allowed)
         if not (may_insert or sources):

@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from ..evidence import fields_of, from_column
 from ..states import ClaimStatus
 
 __all__ = ["AttemptRecord", "Claim", "Event", "Holder", "OutcomeRecord", "StepRecord"]
@@ -95,6 +96,7 @@ class StepRecord(NamedTuple):
     def to_json(self) -> dict[str, Any]:
         out = self._asdict()
         out["runner"] = self.runner._asdict() if self.runner else None
+        out["evidence_fields"] = fields_of(self.evidence)
         return out
 
 
@@ -196,7 +198,7 @@ def step_from_row(row: Mapping[str, Any]) -> StepRecord:
         state=row["state"],
         attempt_id=row["attempt_id"],
         fence=int(row["fence"]),
-        evidence=row["evidence"],
+        evidence=from_column(row["evidence"]),
         artifact=row["artifact"],
         checksum=row["checksum"],
         check=row["check_cmd"],
