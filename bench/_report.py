@@ -147,7 +147,11 @@ def details(results: dict[str, Any]) -> list[str]:
 
 
 def markdown(results: dict[str, Any], *, with_profiles: bool = True) -> str:
-    parts = [machine_line(results), "", *summary_table(results), ""]
+    parts = [machine_line(results), ""]
+    if results.get("per_outcome", {}).get("sqlite"):
+        parts += ["### Per outcome", "", *per_outcome_lines(results["per_outcome"]), "",
+                  "### Per guarded effect and per CLI skip", ""]
+    parts += [*summary_table(results), ""]
     parts += [f"- {line}" for line in details(results)]
     if with_profiles:
         for anat in (anatomy_table(results), pg_anatomy_table(results)):
@@ -158,3 +162,74 @@ def markdown(results: dict[str, Any], *, with_profiles: bool = True) -> str:
             parts += ["", "Import time of `retrysafe step` (median of 5 runs, "
                       "`python -X importtime`, largest first):", "", *imp]
     return "\n".join(parts) + "\n"
+
+
+_PEER_NAMES = {"eo": "exactly-once", "jo": "justonce", "ik": "idemkey", "dbos": "DBOS",
+               "base": "hand-written psycopg"}
+
+
+def _syncs(counts: dict[str, Any], name: str, phase: str) -> str:
+    row = counts.get(name) or {}
+    if phase not in row:
+        return "-"
+    return (f"{row[phase]:.1f} ({row[phase + '_fdatasync']:.1f} fdatasync, "
+            f"{row[phase + '_fsync']:.1f} fsync)")
+
+
+def _target_cell(row: dict[str, Any]) -> str:
+    if row.get("target") is None:
+        return "-"
+    return f">= {row['target']:g} | {_ok(bool(row['meets_target']))}"
+
+
+def per_outcome_lines(result: dict[str, Any]) -> list[str]:
+    """The per-outcome benchmark as Markdown: throughput, syncs, ratios to the peers."""
+    lines: list[str] = []
+    sq = result.get("sqlite") or {}
+    counts = result.get("syncs") or {}
+    if sq.get("contestants"):
+        lines += [f"One outcome with one guarded effect per key, SQLite (WAL); medians of "
+                  f"{sq['rounds']} rounds of {sq['keys_per_round']} keys, the order rotating "
+                  "every round. Durable syncs per outcome counted with strace.", "",
+                  "| contestant | synchronous | first run | re-run | durable syncs, first run "
+                  "| durable syncs, re-run |", "|---|---|---:|---:|---:|---:|"]
+        for name, row in sq["contestants"].items():
+            lines.append(f"| {row['label']} | {row['synchronous']} | "
+                         f"{_fmt_rate(row['first_median'])} | {_fmt_rate(row['rerun_median'])} | "
+                         f"{_syncs(counts, name, 'first')} | {_syncs(counts, name, 'rerun')} |")
+        lines += ["", "| retrysafe | against | phase | ratio | target | |",
+                  "|---|---|---|---:|---:|---|"]
+        for t in sq["targets"]:
+            me = sq["contestants"][t["retrysafe"]]
+            peer = t["peer"].split("_")[0]
+            lines.append(f"| {me['label']} ({me['synchronous']}) | {_PEER_NAMES[peer]} | "
+                         f"{t['phase']} | {t['ratio']:.2f} | {_target_cell(t)} |")
+    pg = result.get("postgres") or {}
+    if pg.get("concurrency"):
+        lines += ["", f"PostgreSQL {pg['server_version']} (synchronous_commit="
+                  f"{pg['synchronous_commit']}), {pg['keys_per_round']} keys per round over all "
+                  f"processes, medians of {pg['rounds']} rounds, the order rotating.", "",
+                  "| processes | contestant | first run | re-run |", "|---:|---|---:|---:|"]
+        for row in pg["concurrency"]:
+            for c in row["contestants"].values():
+                lines.append(f"| {row['workers']} | {c['label']} | "
+                             f"{_fmt_rate(c['first_median'])} | {_fmt_rate(c['rerun_median'])} |")
+        lines += ["", "| processes | retrysafe | against | phase | ratio | target | |",
+                  "|---:|---|---|---|---:|---:|---|"]
+        for row in pg["concurrency"]:
+            for t in row["targets"]:
+                label = row["contestants"][t["retrysafe"]]["label"]
+                lines.append(f"| {row['workers']} | {label} | {_PEER_NAMES[t['peer']]} | "
+                             f"{t['phase']} | {t['ratio']:.2f} | {_target_cell(t)} |")
+        per = pg.get("per_outcome") or {}
+        if per:
+            lines += ["", "| per outcome on PostgreSQL (counted) | first run | re-run |",
+                      "|---|---:|---:|"]
+            for who, label in (("rs_engine", "retrysafe, round trips"),
+                               ("base", "hand-written psycopg, round trips")):
+                if f"{who}_first" in per:
+                    lines.append(f"| {label} | {per[who + '_first']['round_trips']:g} | "
+                                 f"{per[who + '_rerun']['round_trips']:g} |")
+    elif pg.get("skipped"):
+        lines += ["", f"PostgreSQL: not run ({pg['skipped']})."]
+    return lines

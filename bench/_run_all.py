@@ -19,6 +19,9 @@ from _report import markdown  # noqa: E402
 from _util import RESULTS, machine  # noqa: E402
 from guarded_effect import DEFAULT_PG  # noqa: E402
 
+PLOTS = HERE.parent / "docs" / "img"
+"""where the benchmarks' charts go (committed with the figures)"""
+
 
 def _run(script: str, *args: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
@@ -84,9 +87,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print("== guarded effect, PostgreSQL", flush=True)
             results["guarded_effect_postgres"] = _run("guarded_effect.py", "--ledger", args.pg_dsn)
+    print("== one outcome per key, against the peers", flush=True)
+    per_outcome = ["--plot", str(PLOTS / "per-outcome.png")]
+    results["per_outcome"] = _run("per_outcome.py", *per_outcome,
+                                  *(["--no-pg"] if args.no_pg else ["--ledger", args.pg_dsn]))
     print("== skip latency of the CLI", flush=True)
     results["skip_latency"] = _run("skip_latency.py", "--profile")
-    for key in ("guarded_effect_sqlite", "guarded_effect_postgres", "skip_latency"):
+    for key in ("guarded_effect_sqlite", "guarded_effect_postgres", "skip_latency",
+                "per_outcome"):
         results[key].pop("machine", None)
 
     out = Path(args.out)

@@ -119,6 +119,7 @@ class Engine:
                 self.config.settings.ledger_url,
                 sqlite_synchronous=self.config.settings.sqlite_synchronous,
             )
+            self._check_home(write=True)
         return self._ledger
 
     def existing_ledger(self) -> Ledger:
@@ -131,7 +132,20 @@ class Engine:
                 sqlite_synchronous=self.config.settings.sqlite_synchronous,
                 must_exist=True,
             )
+            self._check_home(write=False)
         return self._ledger
+
+    def _check_home(self, *, write: bool) -> None:
+        """The ledger is the one this home's folders were written with (identity.py)."""
+        from .identity import check_home
+
+        assert self._ledger is not None
+        try:
+            check_home(self.home, self._ledger, self.config.settings.ledger_url, write=write)
+        except BaseException:
+            self._ledger.close()
+            self._ledger = None
+            raise
 
     def close(self) -> None:
         if self._ledger is not None:
@@ -196,6 +210,9 @@ class Engine:
         if claim.status is ClaimStatus.STARTED:
             assert claim.attempt is not None
             run = self.run_for(spec, claim.attempt, claim.outcome)
+            from .identity import set_aside_stale_folder
+
+            set_aside_stale_folder(run.folder.path, claim.attempt.id)
             run.folder.create()
             run.folder.write_status(claim.attempt.id, "running", context=context)
             run.folder.log(claim.attempt.id, key, "begin", "started",
@@ -269,6 +286,36 @@ class Engine:
         out = self.ledger.require_outcome(key)
         return self.run_for(self.config.job(out.job), None, out)
 
+    @contextmanager
+    def start(self, job: str, params: Mapping[str, str] | None = None, *,
+              heartbeat: bool = True) -> Iterator[Run]:
+        """:func:`start` on this engine: the config and ledger stay open for the next
+        outcome, so a process handling many outcomes opens them once."""
+        begun = self.begin(job, params or {})
+        if begun.status is ClaimStatus.DONE:
+            yield self.run_for(self.config.job(job), None, begun.outcome)
+            return
+        refusal = begun.refusal()
+        if refusal is not None:
+            raise refusal
+        run = begun.run
+        assert run is not None
+        if heartbeat:
+            run.start_heartbeat()
+        try:
+            yield run
+        except StaleAttempt:
+            run.stop_heartbeat()
+            run.folder.close()
+            raise
+        except BaseException as exc:
+            run.stop_heartbeat()
+            run.close(success=False, reason=f"{type(exc).__name__}: {exc}")
+            raise
+        else:
+            run.stop_heartbeat()
+            run.close(success=True)
+
 
 @contextmanager
 def start(
@@ -291,29 +338,7 @@ def start(
     """
     engine = Engine.open(home, config, ledger)
     try:
-        begun = engine.begin(job, params or {})
-        if begun.status is ClaimStatus.DONE:
-            yield engine.run_for(engine.config.job(job), None, begun.outcome)
-            return
-        refusal = begun.refusal()
-        if refusal is not None:
-            raise refusal
-        run = begun.run
-        assert run is not None
-        if heartbeat:
-            run.start_heartbeat()
-        try:
+        with engine.start(job, params, heartbeat=heartbeat) as run:
             yield run
-        except StaleAttempt:
-            run.stop_heartbeat()
-            run.folder.close()
-            raise
-        except BaseException as exc:
-            run.stop_heartbeat()
-            run.close(success=False, reason=f"{type(exc).__name__}: {exc}")
-            raise
-        else:
-            run.stop_heartbeat()
-            run.close(success=True)
     finally:
         engine.close()

@@ -1,0 +1,749 @@
+"""One outcome with one guarded effect per key: retrysafe against its peers.
+
+The unit a user pays for is an outcome (a cron run, an item), not an effect
+inside a long attempt. Each contestant handles N keys, one outcome with one
+guarded effect each, first run (the effect executes) and re-run (the recorded
+result comes back, nothing executes). Everything a user pays per key is inside
+the clock: claiming the outcome, the attempt folder, close-out; opening a
+store happens once per round, before the clock (one warm-up key too).
+
+SQLite contestants, in one process, the order rotating every round:
+
+* ``retrysafe start()`` per key (the one-line convenience call) and one
+  ``Engine`` reused for every key (``Engine.start``), each at
+  ``synchronous=FULL`` (the default) and ``NORMAL``;
+* exactly-once (``once(store, key=...)`` as a context manager), justonce
+  (``Idempotent(store).run``) and idemkey (``guard(fn, store=...)``), each on
+  its own SQLite store in WAL mode, at ``synchronous=FULL`` and ``NORMAL``
+  (exactly-once's default is NORMAL, the others' the library default, FULL).
+
+PostgreSQL contestants, 1 and 4 worker processes, the order rotating:
+retrysafe (``start()`` per key, a reused ``Engine``), DBOS (one workflow per
+key, ``SetWorkflowID(key)``, with one ``@DBOS.step``) and a careful
+hand-written psycopg script in autocommit (``INSERT ... ON CONFLICT DO
+NOTHING RETURNING`` as the intent, an ``UPDATE`` as the record; a re-run finds
+the row with one ``SELECT``).
+
+Durable syncs per outcome are counted, not timed: each SQLite contestant runs
+in a child process under ``strace -f -c`` for two sizes, and the difference
+divided by the difference in keys is the count per outcome (``fsync`` and
+``fdatasync``, SQLite's WAL syncs included), so set-up costs cancel out.
+
+The peers live in the benchmark's own environment (``bench/.venv-peers``,
+ignored by git); ``--setup`` creates it. Without it only retrysafe runs.
+
+    python bench/per_outcome.py --setup          # once: the peers' environment
+    python bench/per_outcome.py                  # SQLite and PostgreSQL
+    python bench/per_outcome.py --no-pg --rounds 5 --keys 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing as mp
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PEERS_VENV = HERE / ".venv-peers"
+PEERS_PY = PEERS_VENV / "bin" / "python"
+PEER_PACKAGES = ["exactly-once", "justonce", "idemkey", "dbos", "matplotlib",
+                 "psycopg[binary]", "psycopg-pool"]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "src"))
+from _util import RESULTS, log, machine, median, write_json  # noqa: E402
+
+import retrysafe  # noqa: E402
+from retrysafe.engine import Engine  # noqa: E402
+
+DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
+CONFIG = """\
+[ledger]
+sqlite_synchronous = "{sync}"
+
+[jobs.bench]
+key = "bench:{{run}}"
+params = {{ run = "slug" }}
+"""
+PG_CONFIG = """\
+[jobs.bench]
+key = "bench:{run}"
+params = { run = "slug" }
+"""
+TARGET_FULL = 1.0
+TARGET_NORMAL = 0.5
+TARGET_PG_DBOS = 1.0
+TARGET_PG_BASE = 0.8
+
+
+def _execute(_key: str) -> str:
+    return "ok"
+
+
+# --- SQLite contestants ------------------------------------------------------------
+# Each takes a fresh folder and the keys; returns (first-run seconds, re-run seconds).
+# Opening the store and one warm-up key happen before the clock.
+
+Contestant = Callable[[Path, list[str]], tuple[float, float]]
+
+
+def _home(folder: Path, sync: str) -> Path:
+    home = folder / "home"
+    home.mkdir()
+    (home / "retrysafe.toml").write_text(CONFIG.format(sync=sync), "utf-8")
+    return home
+
+
+def _timed_twice(keys: list[str], one: Callable[[str], object]) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    for k in keys:
+        one(k)
+    t1 = time.perf_counter()
+    for k in keys:
+        one(k)
+    return t1 - t0, time.perf_counter() - t1
+
+
+def rs_start(sync: str) -> Contestant:
+    def run(folder: Path, keys: list[str]) -> tuple[float, float]:
+        home = _home(folder, sync)
+
+        def one(k: str) -> None:
+            with retrysafe.start("bench", {"run": k}, home=home) as r:
+                r.effect("send", "local_write", execute=_execute)
+
+        one("warm")
+        try:
+            return _timed_twice(keys, one)
+        finally:
+            closer = getattr(retrysafe, "close_all", None)
+            if closer is not None:
+                closer()
+    return run
+
+
+def rs_engine(sync: str) -> Contestant:
+    def run(folder: Path, keys: list[str]) -> tuple[float, float]:
+        home = _home(folder, sync)
+        with Engine.open(home) as engine:
+            def one(k: str) -> None:
+                with engine.start("bench", {"run": k}) as r:
+                    r.effect("send", "local_write", execute=_execute)
+
+            one("warm")
+            return _timed_twice(keys, one)
+    return run
+
+
+def exactly_once(sync: str | None) -> Contestant:
+    def run(folder: Path, keys: list[str]) -> tuple[float, float]:
+        from exactly_once import Store, once
+
+        store = Store.sqlite(str(folder / "eo.sqlite3"))
+        if sync:
+            store._conn.execute(f"PRAGMA synchronous={sync}")  # type: ignore[attr-defined]
+
+        def one(k: str) -> None:
+            with once(store, key=k) as guard:
+                if guard.fresh:
+                    guard.result = _execute(k)
+
+        one("warm")
+        try:
+            return _timed_twice(keys, one)
+        finally:
+            store.close()
+    return run
+
+
+def justonce(sync: str | None) -> Contestant:
+    def run(folder: Path, keys: list[str]) -> tuple[float, float]:
+        from justonce import Idempotent
+        from justonce.stores import SqliteStore
+
+        store = SqliteStore(folder / "jo.sqlite3")
+        if sync:
+            store._conn.execute(f"PRAGMA synchronous={sync}")
+        idem = Idempotent(store)
+
+        def one(k: str) -> None:
+            idem.run(k, lambda: _execute(k))
+
+        one("warm")
+        try:
+            return _timed_twice(keys, one)
+        finally:
+            store.close()
+    return run
+
+
+def idemkey(sync: str | None) -> Contestant:
+    def run(folder: Path, keys: list[str]) -> tuple[float, float]:
+        from idemkey import DedupStore, guard
+
+        store = DedupStore(str(folder / "ik.sqlite3"))
+        if sync:
+            store._conn.execute(f"PRAGMA synchronous={sync}")
+
+        def effect() -> str:
+            return "ok"
+
+        guarded = guard(effect, store=store)
+
+        def one(k: str) -> None:
+            guarded(idemkey=k)
+
+        one("warm")
+        try:
+            return _timed_twice(keys, one)
+        finally:
+            store.close()
+    return run
+
+
+#: name -> (label, contestant, needs a peer package, synchronous)
+SQLITE: dict[str, tuple[str, Contestant, str, str]] = {
+    "rs_start_full": ("retrysafe `start()` per key", rs_start("full"), "", "FULL"),
+    "rs_engine_full": ("retrysafe, one `Engine` reused", rs_engine("full"), "", "FULL"),
+    "eo_full": ("exactly-once", exactly_once("FULL"), "exactly_once", "FULL"),
+    "jo_full": ("justonce", justonce("FULL"), "justonce", "FULL"),
+    "ik_full": ("idemkey", idemkey("FULL"), "idemkey", "FULL"),
+    "rs_start_normal": ("retrysafe `start()` per key", rs_start("normal"), "", "NORMAL"),
+    "rs_engine_normal": ("retrysafe, one `Engine` reused", rs_engine("normal"), "", "NORMAL"),
+    "eo_normal": ("exactly-once (its default)", exactly_once(None), "exactly_once", "NORMAL"),
+    "jo_normal": ("justonce", justonce("NORMAL"), "justonce", "NORMAL"),
+    "ik_normal": ("idemkey", idemkey("NORMAL"), "idemkey", "NORMAL"),
+}
+
+
+def _available(module: str) -> bool:
+    if not module:
+        return True
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def run_sqlite(keys: int, rounds: int, workdir: Path) -> dict[str, Any]:
+    names = [n for n, (_l, _c, mod, _s) in SQLITE.items() if _available(mod)]
+    first: dict[str, list[float]] = {n: [] for n in names}
+    rerun: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        ks = [f"r{r}-k{i}" for i in range(keys)]
+        for name in order:
+            folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=workdir))
+            try:
+                a, b = SQLITE[name][1](folder, ks)
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+            first[name].append(keys / a)
+            rerun[name].append(keys / b)
+        log(f"sqlite round {r + 1}/{rounds}: " + ", ".join(
+            f"{n} {first[n][-1]:,.0f}/{rerun[n][-1]:,.0f}" for n in names))
+    rows = {}
+    for n in names:
+        label, _c, _m, sync = SQLITE[n]
+        rows[n] = {"label": label, "synchronous": sync,
+                   "first_per_s": first[n], "rerun_per_s": rerun[n],
+                   "first_median": median(first[n]), "rerun_median": median(rerun[n])}
+    return {"keys_per_round": keys, "rounds": rounds, "contestants": rows,
+            "targets": _sqlite_targets(rows, first, rerun)}
+
+
+def _paired(a: list[float], b: list[float]) -> float:
+    return median([x / y for x, y in zip(a, b, strict=True)])
+
+
+def _sqlite_targets(rows: dict[str, Any], first: dict[str, list[float]],
+                    rerun: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """Each retrysafe contestant against each peer at the same synchronous setting
+    (the median of the per-round ratios: each round's contestants ran back to back)."""
+    out = []
+    for mine in ("rs_start", "rs_engine"):
+        for sync in ("full", "normal"):
+            me = f"{mine}_{sync}"
+            if me not in rows:
+                continue
+            for peer in ("eo", "jo", "ik"):
+                other = f"{peer}_{sync}"
+                if other not in rows:
+                    continue
+                target = TARGET_FULL if sync == "full" else (TARGET_NORMAL if peer == "eo"
+                                                             else None)
+                for phase, data in (("first", first), ("rerun", rerun)):
+                    t = target if phase == "first" else (TARGET_FULL if sync == "full"
+                                                         else None)
+                    ratio = _paired(data[me], data[other])
+                    out.append({"retrysafe": me, "peer": other, "phase": phase,
+                                "ratio": ratio, "target": t,
+                                "meets_target": None if t is None else ratio >= t})
+    return out
+
+
+# --- durable syncs, counted with strace ----------------------------------------------
+
+_STRACE_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$")
+
+
+def _strace_syncs(name: str, keys: int, rerun: bool, workdir: Path) -> dict[str, int]:
+    """fsync/fdatasync calls of one child running ``name`` on ``keys`` outcomes."""
+    out = workdir / f"strace-{name}-{keys}-{int(rerun)}.txt"
+    cmd = ["strace", "-f", "-qq", "-c", "-e", "trace=fsync,fdatasync", "-o", str(out),
+           sys.executable, str(Path(__file__).resolve()), "--count-child", name,
+           "--keys", str(keys), "--dir", str(workdir)] + (["--rerun"] if rerun else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"strace child {name} exited {proc.returncode}: {proc.stderr[-500:]}")
+    counts = {"fsync": 0, "fdatasync": 0}
+    for line in out.read_text().splitlines():
+        m = _STRACE_ROW.match(line)
+        if m and m.group(2) in counts:
+            counts[m.group(2)] = int(m.group(1))
+    return counts
+
+
+def count_syncs(workdir: Path, small: int = 4, large: int = 24) -> dict[str, Any]:
+    """Durable syncs per outcome, first run and re-run, for each SQLite contestant."""
+    if shutil.which("strace") is None:
+        return {"skipped": "strace is not installed"}
+    out: dict[str, Any] = {}
+    for name, (_l, _c, mod, _s) in SQLITE.items():
+        if not _available(mod):
+            continue
+        try:
+            a = _strace_syncs(name, small, False, workdir)
+            b = _strace_syncs(name, large, False, workdir)
+            c = _strace_syncs(name, small, True, workdir)
+        except RuntimeError as exc:
+            out[name] = {"skipped": str(exc)}
+            continue
+        span = large - small
+        out[name] = {
+            "first_fsync": (b["fsync"] - a["fsync"]) / span,
+            "first_fdatasync": (b["fdatasync"] - a["fdatasync"]) / span,
+            "rerun_fsync": (c["fsync"] - a["fsync"]) / small,
+            "rerun_fdatasync": (c["fdatasync"] - a["fdatasync"]) / small,
+        }
+        row = out[name]
+        row["first"] = row["first_fsync"] + row["first_fdatasync"]
+        row["rerun"] = row["rerun_fsync"] + row["rerun_fdatasync"]
+    return out
+
+
+def _count_child(name: str, keys: int, rerun: bool, workdir: Path) -> None:
+    """Run one contestant for the strace counter (no timing is reported)."""
+    folder = Path(tempfile.mkdtemp(prefix=f"count-{name}-", dir=workdir))
+    contestant = SQLITE[name][1]
+    ks = [f"c{i}" for i in range(keys)]
+    if rerun:
+        contestant(folder, ks)  # first and re-run both: the parent subtracts the first
+    else:
+        _first_only(name, folder, ks)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _first_only(name: str, folder: Path, keys: list[str]) -> None:
+    """The contestant on ``keys``, first run only (its re-run replaced by nothing)."""
+    global _timed_twice
+    real = _timed_twice
+
+    def once_only(ks: list[str], one: Callable[[str], object]) -> tuple[float, float]:
+        for k in ks:
+            one(k)
+        return 1.0, 1.0
+
+    _timed_twice = once_only
+    try:
+        SQLITE[name][1](folder, keys)
+    finally:
+        _timed_twice = real
+
+
+# --- PostgreSQL ------------------------------------------------------------------------
+
+
+def _with_db(url: str, dbname: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, parts.query, parts.fragment))
+
+
+BASE_DDL = ("CREATE TABLE IF NOT EXISTS base_effects (key TEXT PRIMARY KEY, state TEXT NOT NULL,"
+            " result TEXT, created_at TIMESTAMPTZ NOT NULL DEFAULT now(),"
+            " updated_at TIMESTAMPTZ NOT NULL DEFAULT now())")
+
+
+def _pg_base_worker(url: str, keys: list[str], barrier: Any, out: Any) -> None:
+    """The careful script: intent with INSERT ... ON CONFLICT DO NOTHING RETURNING, then
+    the record; a key already there is read (done: its result comes back)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            def one(k: str) -> str:
+                if conn.execute("INSERT INTO base_effects (key, state) VALUES (%s, 'running')"
+                                " ON CONFLICT (key) DO NOTHING RETURNING 1", (k,)).fetchone():
+                    result = _execute(k)
+                    conn.execute("UPDATE base_effects SET state = 'done', result = %s,"
+                                 " updated_at = now() WHERE key = %s AND state = 'running'",
+                                 (result, k))
+                    return result
+                row = conn.execute("SELECT state, result FROM base_effects WHERE key = %s",
+                                   (k,)).fetchone()
+                if row is None or row[0] != "done":
+                    raise RuntimeError(f"{k} is {row}")
+                return str(row[1])
+
+            one(f"warm-{keys[0]}")
+            _pg_timed(keys, one, barrier, out)
+    except BaseException as exc:
+        barrier.abort()
+        out.put((0.0, 0.0, 0.0, 0.0, f"{type(exc).__name__}: {exc}"))
+
+
+def _pg_timed(keys: list[str], one: Callable[[str], object], barrier: Any, out: Any) -> None:
+    barrier.wait()
+    t0 = time.perf_counter()
+    for k in keys:
+        one(k)
+    t1 = time.perf_counter()
+    barrier.wait()
+    t2 = time.perf_counter()
+    for k in keys:
+        one(k)
+    t3 = time.perf_counter()
+    out.put((t0, t1, t2, t3, ""))
+
+
+def _pg_rs_worker(mode: str, url: str, home: str, keys: list[str], barrier: Any,
+                  out: Any) -> None:
+    try:
+        if mode == "start":
+            def one(k: str) -> None:
+                with retrysafe.start("bench", {"run": k}, home=home, ledger=url) as r:
+                    r.effect("send", "local_write", execute=_execute)
+
+            one(f"warm-{keys[0]}")
+            _pg_timed(keys, one, barrier, out)
+        else:
+            with Engine.open(home, ledger=url) as engine:
+                def one(k: str) -> None:
+                    with engine.start("bench", {"run": k}) as r:
+                        r.effect("send", "local_write", execute=_execute)
+
+                one(f"warm-{keys[0]}")
+                _pg_timed(keys, one, barrier, out)
+    except BaseException as exc:
+        barrier.abort()
+        out.put((0.0, 0.0, 0.0, 0.0, f"{type(exc).__name__}: {exc}"))
+
+
+def _pg_dbos_worker(url: str, keys: list[str], barrier: Any, out: Any) -> None:
+    try:
+        import logging
+
+        from dbos import DBOS, SetWorkflowID
+
+        @DBOS.step()
+        def effect(k: str) -> str:
+            return _execute(k)
+
+        @DBOS.workflow()
+        def workflow(k: str) -> str:
+            return effect(k)
+
+        DBOS(config={"name": "retrysafe-bench", "system_database_url": url,
+                     "run_admin_server": False, "log_level": "WARNING"})
+        DBOS.launch()
+        logging.getLogger("dbos").setLevel(logging.WARNING)
+        try:
+            def one(k: str) -> None:
+                with SetWorkflowID(k):
+                    workflow(k)
+
+            one(f"warm-{keys[0]}")
+            _pg_timed(keys, one, barrier, out)
+        finally:
+            DBOS.destroy()
+    except BaseException as exc:
+        barrier.abort()
+        out.put((0.0, 0.0, 0.0, 0.0, f"{type(exc).__name__}: {exc}"))
+
+
+def _pg_round(target: Callable[..., None], args: tuple[Any, ...], workers: int,
+              keys: list[str]) -> tuple[float, float]:
+    """Aggregate keys/s of ``workers`` processes, first run and re-run."""
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(workers)
+    out = ctx.Queue()
+    shares = [keys[w::workers] for w in range(workers)]
+    procs = [ctx.Process(target=target, args=(*args, shares[w], barrier, out))
+             for w in range(workers)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    errors = [r[4] for r in results if r[4]]
+    if errors:
+        raise RuntimeError(f"a worker failed: {errors[0]}")
+    first = len(keys) / (max(r[1] for r in results) - min(r[0] for r in results))
+    rerun = len(keys) / (max(r[3] for r in results) - min(r[2] for r in results))
+    return first, rerun
+
+
+def run_postgres(admin_url: str, keys: int, rounds: int, concurrency: list[int],
+                 workdir: Path) -> dict[str, Any]:
+    import psycopg
+
+    tag = uuid.uuid4().hex[:10]
+    db, dbos_db = f"retrysafe_bench_{tag}", f"retrysafe_bench_dbos_{tag}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{db}"')
+        server = admin.execute("SHOW server_version").fetchone()
+        sync = admin.execute("SHOW synchronous_commit").fetchone()
+    url, dbos_url = _with_db(admin_url, db), _with_db(admin_url, dbos_db)
+    home = workdir / "pg-home"
+    home.mkdir()
+    (home / "retrysafe.toml").write_text(PG_CONFIG, "utf-8")
+    contestants: dict[str, tuple[str, Callable[..., None], tuple[Any, ...]]] = {
+        "rs_start": ("retrysafe `start()` per key", _pg_rs_worker, ("start", url, str(home))),
+        "rs_engine": ("retrysafe, one `Engine` reused", _pg_rs_worker,
+                      ("engine", url, str(home))),
+        "base": ("psycopg, INSERT ... ON CONFLICT in autocommit", _pg_base_worker, (url,)),
+    }
+    if _available("dbos"):
+        contestants["dbos"] = ("DBOS (one workflow, one step)", _pg_dbos_worker, (dbos_url,))
+    per: list[dict[str, Any]] = []
+    try:
+        retrysafe.open_ledger(url).close()  # migrate once, outside the clock
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(BASE_DDL)
+        names = list(contestants)
+        for workers in concurrency:
+            first: dict[str, list[float]] = {n: [] for n in names}
+            rerun: dict[str, list[float]] = {n: [] for n in names}
+            for r in range(rounds):
+                order = names[r % len(names):] + names[:r % len(names)]
+                ks = [f"p{workers}-r{r}-k{i}" for i in range(keys)]
+                for name in order:
+                    _label, target, args = contestants[name]
+                    a, b = _pg_round(target, args, workers, ks)
+                    first[name].append(a)
+                    rerun[name].append(b)
+                log(f"postgres {workers} process(es), round {r + 1}/{rounds}: " + ", ".join(
+                    f"{n} {first[n][-1]:,.0f}/{rerun[n][-1]:,.0f}" for n in names))
+            row: dict[str, Any] = {"workers": workers, "contestants": {}}
+            for n in names:
+                row["contestants"][n] = {"label": contestants[n][0],
+                                         "first_per_s": first[n], "rerun_per_s": rerun[n],
+                                         "first_median": median(first[n]),
+                                         "rerun_median": median(rerun[n])}
+            ratios = []
+            for mine in ("rs_start", "rs_engine"):
+                for peer, t in (("dbos", TARGET_PG_DBOS), ("base", TARGET_PG_BASE)):
+                    if peer not in first:
+                        continue
+                    for phase, data in (("first", first), ("rerun", rerun)):
+                        ratio = _paired(data[mine], data[peer])
+                        ratios.append({"retrysafe": mine, "peer": peer, "phase": phase,
+                                       "ratio": ratio, "target": t,
+                                       "meets_target": ratio >= t})
+            row["targets"] = ratios
+            per.append(row)
+        counts = pg_counts(url, home)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            for name in (db, dbos_db):
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return {"server_version": server[0] if server else "?",
+            "synchronous_commit": sync[0] if sync else "?", "keys_per_round": keys,
+            "rounds": rounds, "concurrency": per, "per_outcome": counts}
+
+
+def pg_counts(url: str, home: Path, n: int = 20) -> dict[str, Any]:
+    """Round trips and transactions per outcome on PostgreSQL (retrysafe and the
+    hand-written script), counted by wrapping psycopg in this process."""
+    import psycopg
+
+    counts = {"statements": 0, "transactions": 0}
+    real_execute, real_transaction = psycopg.Connection.execute, psycopg.Connection.transaction
+    counting = [False]
+
+    def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if counting[0]:
+            counts["statements"] += 1
+        return real_execute(self, query, *args, **kwargs)
+
+    def transaction(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if counting[0]:
+            counts["transactions"] += 1
+        return real_transaction(self, *args, **kwargs)
+
+    patched: Any = psycopg.Connection
+    patched.execute, patched.transaction = execute, transaction
+    out: dict[str, Any] = {}
+    try:
+        with Engine.open(home, ledger=url) as engine:
+            def one(k: str) -> None:
+                with engine.start("bench", {"run": k}) as r:
+                    r.effect("send", "local_write", execute=_execute)
+
+            one("count-warm")
+            for phase in ("first", "rerun"):
+                counts.update(statements=0, transactions=0)
+                counting[0] = True
+                for i in range(n):
+                    one(f"count-{i}")
+                counting[0] = False
+                # a transaction block adds BEGIN and COMMIT round trips
+                out[f"rs_engine_{phase}"] = {
+                    "round_trips": (counts["statements"] + 2 * counts["transactions"]) / n,
+                    "transactions_blocks": counts["transactions"] / n,
+                    "statements": counts["statements"] / n}
+        out["base_first"] = {"round_trips": 2.0, "transactions_blocks": 0.0, "statements": 2.0}
+        out["base_rerun"] = {"round_trips": 2.0, "transactions_blocks": 0.0, "statements": 2.0}
+    finally:
+        patched.execute, patched.transaction = real_execute, real_transaction
+    return out
+
+
+# --- plots ------------------------------------------------------------------------------
+
+
+def plot(result: dict[str, Any], path: Path) -> Path | None:
+    """A bar chart of keys/s per contestant (first run and re-run); needs matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    sq = result.get("sqlite", {}).get("contestants", {})
+    pg = result.get("postgres", {}).get("concurrency", [])
+    panels = [("SQLite, synchronous=FULL", {n: r for n, r in sq.items() if n.endswith("_full")}),
+              ("SQLite, synchronous=NORMAL",
+               {n: r for n, r in sq.items() if n.endswith("_normal")})]
+    for row in pg:
+        panels.append((f"PostgreSQL, {row['workers']} process(es)", row["contestants"]))
+    panels = [(t, p) for t, p in panels if p]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.2 * len(panels) + 0.6))
+    if len(panels) == 1:
+        axes = [axes]
+    for ax, (title, rows) in zip(axes, panels, strict=True):
+        labels = [r["label"].replace("`", "") for r in rows.values()]
+        ys = range(len(labels))
+        ax.barh([y + 0.2 for y in ys], [r["first_median"] for r in rows.values()], height=0.4,
+                label="first run", color="#4c72b0")
+        ax.barh([y - 0.2 for y in ys], [r["rerun_median"] for r in rows.values()], height=0.4,
+                label="re-run", color="#dd8452")
+        ax.set_yticks(list(ys), labels, fontsize=8)
+        ax.set_xscale("log")
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(axis="x", labelsize=8)
+    axes[0].legend(fontsize=8, loc="lower right")
+    axes[-1].set_xlabel("outcomes per second (median, log scale)", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# --- command line ---------------------------------------------------------------------
+
+
+def setup_peers() -> int:
+    """Create ``bench/.venv-peers`` with the peers, DBOS and matplotlib."""
+    if not PEERS_PY.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
+    (PEERS_VENV / ".gitignore").write_text("*\n", "utf-8")
+    deps = ["click", "platformdirs", "tomlkit", "cronsim", "httpx", "tenacity", "psutil",
+            "tzdata"]
+    return subprocess.run([str(PEERS_PY), "-m", "pip", "install", "-q", *PEER_PACKAGES, *deps],
+                          check=False).returncode
+
+
+@contextlib.contextmanager
+def _workdir(where: str | None) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="retrysafe-outcome-", dir=where))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--setup", action="store_true", help="create bench/.venv-peers and exit")
+    ap.add_argument("--keys", type=int, default=100, help="keys per round (default 100)")
+    ap.add_argument("--rounds", type=int, default=9, help="rounds (default 9)")
+    ap.add_argument("--pg-keys", type=int, default=100, help="keys per PostgreSQL round")
+    ap.add_argument("--pg-rounds", type=int, default=5)
+    ap.add_argument("--workers", default="1,4", help="PostgreSQL processes (default 1,4)")
+    ap.add_argument("--ledger", metavar="URL", default=os.environ.get("RETRYSAFE_BENCH_PG_DSN")
+                    or DEFAULT_PG, help="PostgreSQL server (a throwaway database is created)")
+    ap.add_argument("--no-pg", action="store_true")
+    ap.add_argument("--no-counts", action="store_true", help="skip counting syncs")
+    ap.add_argument("--dir", help="where the stores go (default: the temp folder)")
+    ap.add_argument("--plot", metavar="PNG", help="write the chart here")
+    ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--count-child", help=argparse.SUPPRESS)
+    ap.add_argument("--rerun", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.setup:
+        return setup_peers()
+    if args.count_child:
+        _count_child(args.count_child, args.keys, args.rerun, Path(args.dir))
+        return 0
+    if PEERS_PY.exists() and Path(sys.prefix).resolve() != PEERS_VENV.resolve() \
+            and not os.environ.get("RETRYSAFE_BENCH_NO_PEERS"):
+        # the peers live in their own environment: run there (retrysafe from src/)
+        return subprocess.run([str(PEERS_PY), str(Path(__file__).resolve()),
+                               *(argv if argv is not None else sys.argv[1:])],
+                              check=False).returncode
+    result: dict[str, Any] = {"machine": machine()}
+    with _workdir(args.dir) as work:
+        result["sqlite"] = run_sqlite(args.keys, args.rounds, work)
+        if not args.no_counts:
+            result["syncs"] = count_syncs(work)
+        if not args.no_pg:
+            try:
+                import psycopg
+
+                with psycopg.connect(args.ledger, connect_timeout=3) as c:
+                    c.execute("SELECT 1")
+            except Exception as exc:  # noqa: BLE001 - reported, the rest still runs
+                result["postgres"] = {"skipped": f"cannot use {args.ledger}: {exc}"}
+            else:
+                levels = [int(w) for w in args.workers.split(",") if w.strip()]
+                result["postgres"] = run_postgres(args.ledger, args.pg_keys, args.pg_rounds,
+                                                  levels, work)
+    png = Path(args.plot) if args.plot else None
+    if png is not None:
+        png.parent.mkdir(parents=True, exist_ok=True)
+        result["plot"] = str(plot(result, png) or "")
+    from _report import per_outcome_lines
+
+    print("\n".join(per_outcome_lines(result)))
+    write_json(args.json, result)
+    return 0
+
+
+if __name__ == "__main__":
+    RESULTS.mkdir(exist_ok=True)
+    sys.exit(main())
