@@ -130,6 +130,30 @@ def test_payment_needs_approval(home: Home, tmp_path: Path) -> None:
     assert paid.read_text() == "c\n"
 
 
+def test_a_payment_approved_before_its_outcome_exists_runs_once_without_blocking(
+        home: Home, tmp_path: Path) -> None:
+    """``approve --new --job`` approves a step ahead of the outcome's first run, as
+    docs/cli.md promises: the first run pays at once. Parameters that name another
+    key, or a step name that is not a name, are refused and change nothing."""
+    simple_job(home)
+    paid = tmp_path / "paid"
+    script = f"{PY} -m retrysafe step charge --class payment -- sh -c 'echo c >> {paid}; echo ch_1'"
+    wrong = home.run("approve", "report:2026-W07", "charge", "--new", "--job", "report",
+                     "-p", "week=2026-W08")
+    assert wrong.returncode == 2 and "names outcome report:2026-W08" in wrong.stderr
+    no_new = home.run("approve", "report:2026-W07", "charge", "--job", "report", "-p", "week=2026-W07")
+    assert no_new.returncode == 2 and "--new" in no_new.stderr
+    assert home.run("status", "report:2026-W07").returncode == 2  # still no such outcome
+    ok = home.run("approve", "report:2026-W07", "charge", "--new", "--job", "report",
+                  "-p", "week=2026-W07", "--note", "budgeted")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    first = home.run("run", "report", "-p", "week=2026-W07", "--", "sh", "-c", script)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert paid.read_text() == "c\n"
+    again = home.run("run", "report", "-p", "week=2026-W07", "--", "sh", "-c", script)
+    assert again.returncode == 0 and paid.read_text() == "c\n"
+
+
 def test_acceptance_checks_gate_done(home: Home) -> None:
     """exit 0 is not done: a missing expected artifact or failing accept command keeps it open."""
     simple_job(home, 'expected_artifacts = ["report.md"]\n        accept = ["grep -q OK report.md"]')

@@ -57,6 +57,11 @@ _COMMANDS: dict[str, str] = {
     "import": "transfer:import_",
     "completion": "completion:completion",
     "resume": "human:resume",
+    "each": "each:each",
+    "notify": "notify:notify",
+    "ui": "ui:ui",
+    "metrics": "metrics:metrics",
+    "recover": "recover:recover",
 }
 
 

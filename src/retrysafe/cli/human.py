@@ -8,7 +8,8 @@ from typing import Any, NoReturn
 import click
 
 from ..errors import InvalidInput
-from ._common import actor, emit_json, json_option, key_and_step, state
+from ..keys import parse_assignments
+from ._common import actor, emit_json, json_option, key_and_step, params_option, state
 
 
 @click.command()
@@ -60,16 +61,34 @@ def resolve(key: str, step_name: str, found: str | None, absent: bool, note: str
 @click.option("--note", default="", help="Why (kept in the history).")
 @click.option("--new", is_flag=True,
               help="The outcome has not recorded this step yet: approve it ahead of its first run.")
+@click.option("--job", "job_name", metavar="JOB",
+              help="With --new, before the outcome's first run: the job whose parameters (-p) "
+                   "name KEY.")
+@params_option()
 @json_option
-def approve(key: str, step_name: str, note: str, new: bool, as_json: bool) -> None:
+def approve(key: str, step_name: str, note: str, new: bool, job_name: str | None,
+            params: tuple[str, ...], as_json: bool) -> None:
     """Record authority for a step whose class needs approval (payment, delete).
 
     \b
     Example:
       retrysafe approve invoice:2026-11 charge --note "checked amount with finance"
+      retrysafe approve invoice:2026-12 charge --new --job invoice -p month=2026-12
     """
-    got = state().engine.existing_ledger().approve(key, step_name, actor=actor(), note=note,
-                                                    new=new)
+    engine = state().engine
+    if job_name is None:
+        if params:
+            raise InvalidInput("-p names the parameters of --job; give --job too")
+        got = engine.existing_ledger().approve(key, step_name, actor=actor(), note=note, new=new)
+    else:
+        if not new:
+            raise InvalidInput("--job approves a step ahead of the outcome's first run: add --new")
+        _, rendered, canonical = engine.outcome_key(job_name, parse_assignments(params))
+        if rendered != key:
+            raise InvalidInput(f"job {job_name} with these parameters names outcome {rendered}, "
+                               f"not {key}")
+        got = engine.ledger.approve(key, step_name, actor=actor(), note=note, new=True,
+                                    job=job_name, params=canonical)
     if as_json:
         emit_json(got.to_json())
     else:

@@ -63,8 +63,14 @@ def import_(file: Path, merge: bool, as_json: bool) -> None:
     Example:
       RETRYSAFE_LEDGER=postgresql://retrysafe@db/ops retrysafe import ledger.jsonl
     """
-    ledger = state().engine.ledger
+    from ..identity import ledger_identity, record_identity
+
+    engine = state().engine
+    ledger = engine.ledger
     loaded = transfer.load(ledger, transfer.read_file(file), merge=merge)
+    identity = ledger_identity(ledger)
+    if identity is not None and (engine.home / "runs").is_dir():
+        record_identity(engine.home, identity)  # a whole import took the source's identity
     c = loaded.counts
     if as_json:
         emit_json({"file": str(file), "ledger": ledger.url, "merge": merge,

@@ -13,9 +13,11 @@ from ..errors import Busy, InvalidInput, UnknownOutcome, UnknownStep, command_li
 from ..states import STEP_TRANSITIONS, AttemptState, BlockCause, OutcomeState, StepState, can_move
 from .backend import Tx
 from .core import LedgerCore, Liveness, lease_only
-from .records import AttemptRecord, OutcomeRecord, StepRecord, step_from_row
+from .records import AttemptRecord, OutcomeRecord, StepRecord, dumps, step_from_row
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from .retention import Retention
 
 __all__ = ["Ledger"]
@@ -133,16 +135,28 @@ class Ledger(LedgerCore):
             return got
 
     def approve(
-        self, key: str, step_name: str, *, actor: str, note: str = "", new: bool = False
+        self, key: str, step_name: str, *, actor: str, note: str = "", new: bool = False,
+        job: str | None = None, params: Mapping[str, str] | None = None,
     ) -> StepRecord:
         """Record authority for a step that needs approval (payment, delete).
 
         A step the outcome has never recorded is approved only with ``new``
         (ahead of its first run): a typo must not plant a step every later
-        run then waits for.
+        run then waits for. With ``new`` and the outcome's ``job`` (and
+        ``params``), the outcome itself may not exist yet: it is created
+        ``planned``, as its first run would create it.
         """
         with self.backend.transaction() as tx:
+            if new and job is not None:
+                tx.run(
+                    "INSERT INTO rs_outcomes (key, job, params, state, created_at, updated_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
+                    (key, job, dumps(dict(params or {})), _O.PLANNED.value, tx.now, tx.now),
+                )
             out = self._require_locked(tx, key)
+            if job is not None and out.job != job:
+                raise InvalidInput(f"outcome {key} belongs to job {out.job!r}, not {job!r}",
+                                   key=key, state=out.state)
             if out.state == _O.DONE:
                 raise InvalidInput(f"outcome {key} is done; nothing to approve", key=key,
                                    state=out.state)

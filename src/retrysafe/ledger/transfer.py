@@ -62,8 +62,16 @@ class Loaded(NamedTuple):
     counts: dict[str, int]
 
 
+_IDENTITY = "SELECT value FROM rs_meta WHERE name = 'identity'"
+
+
 def header(ledger: LedgerCore) -> dict[str, Any]:
-    return {"format": FORMAT, "schema_version": ledger.schema_version()}
+    """The first line: what the file is, and the ledger's identity (identity.py), which
+    a ledger imported whole takes over, so the homes that used the source accept it."""
+    with ledger.backend.transaction(write=False) as tx:
+        row = tx.one(_IDENTITY)
+    return {"format": FORMAT, "schema_version": ledger.schema_version(),
+            **({"identity": row["value"]} if row else {})}
 
 
 def rows_of(tx: Tx, table: str, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -155,11 +163,14 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
     target_version = ledger.schema_version()
     rows: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
     seen_header = False
+    identity = None
     for n, rec in enumerate(records, 1):
         if not seen_header and "format" not in rec:
             raise InvalidInput(f"record {n}: the file does not start with a retrysafe header line")
         got = _check(rec, n, target_version)
         if got is None:
+            if not seen_header and isinstance(rec.get("identity"), str):
+                identity = rec["identity"]
             seen_header = True
             continue
         rows[got[0]].append(got[1])
@@ -197,6 +208,9 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
         if keep_ids and rows["rs_events"] and backend.name == "postgresql":
             tx.rows("SELECT setval(pg_get_serial_sequence('rs_events', 'id'),"
                     " (SELECT MAX(id) FROM rs_events))")
+        if not merge and identity is not None:
+            tx.run("DELETE FROM rs_meta WHERE name = 'identity'")
+            tx.run("INSERT INTO rs_meta (name, value) VALUES ('identity', ?)", (identity,))
     return Loaded({t: len(r) for t, r in rows.items()})
 
 

@@ -1,0 +1,134 @@
+"""A home knows its ledger: the ledger's identity is written into ``runs/``.
+
+The ledger draws a random identity once (table ``rs_meta``); the home keeps a
+copy in ``runs/.ledger-id``. When they disagree, the ledger at hand is not the
+one the home's attempt folders were written with: it was deleted and recreated
+empty, replaced by another, or the ledger URL points somewhere else. Running on
+would repeat every done outcome (and attempt 1 would meet the old
+``attempt-1`` folder), so every command that opens the ledger refuses, exit 2,
+with what happened and what to do: restore the ledger, point at the right one,
+or rebuild it from the folders with ``retrysafe recover``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import InvalidInput
+from .ledger import Ledger
+from .ledger.conninfo import mask
+
+__all__ = ["MARK", "LedgerMismatch", "check_home", "ledger_identity", "record_identity"]
+
+MARK = ".ledger-id"
+"""The file under ``runs/`` that names the home's ledger."""
+
+_NAME = "identity"
+
+
+class LedgerMismatch(InvalidInput):
+    """The ledger is not the one this home's attempt folders were written with (exit 2)."""
+
+
+def ledger_identity(ledger: Ledger, *, create: bool = True) -> str | None:
+    """The ledger's identity, drawn (once, whoever comes first) when ``create``."""
+    query = "SELECT value FROM rs_meta WHERE name = ?"
+    with ledger.backend.transaction(write=False) as tx:
+        row = tx.one(query, (_NAME,))
+    if row is None and create:
+        with ledger.backend.transaction() as tx:
+            tx.run("INSERT INTO rs_meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+                   (_NAME, os.urandom(16).hex()))
+            row = tx.one(query, (_NAME,))
+    return None if row is None else str(row["value"])
+
+
+def set_identity(ledger: Ledger, identity: str) -> None:
+    """Give the ledger ``identity`` (a ledger imported whole keeps its source's)."""
+    with ledger.backend.transaction() as tx:
+        tx.run("DELETE FROM rs_meta WHERE name = ?", (_NAME,))
+        tx.run("INSERT INTO rs_meta (name, value) VALUES (?, ?)", (_NAME, identity))
+
+
+def _recorded(runs: Path) -> str | None:
+    try:
+        return (runs / MARK).read_text(encoding="ascii").strip() or None
+    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+        return None
+
+
+def record_identity(home: Path, identity: str) -> None:
+    """Write ``runs/.ledger-id`` (atomically; ``runs/`` must exist)."""
+    from .fsio import atomic_write_bytes
+
+    atomic_write_bytes(home / "runs" / MARK, identity.encode("ascii") + b"\n")
+
+
+def has_outcome_folders(runs: Path) -> bool:
+    """Whether ``runs/`` holds any attempt folder (stops at the first one)."""
+    return next(runs.glob("*/*/attempt-*"), None) is not None
+
+
+def _is_empty(ledger: Ledger) -> bool:
+    with ledger.backend.transaction(write=False) as tx:
+        return tx.one("SELECT 1 AS one FROM rs_outcomes LIMIT 1") is None
+
+
+def check_home(home: Path, ledger: Ledger, url: str, *, write: bool) -> None:
+    """Refuse a ledger this home was not written with (:class:`LedgerMismatch`).
+
+    A home without the mark (new, or written before homes recorded it) adopts
+    the ledger, unless its folders hold attempts that the ledger knows
+    nothing of. Reading commands (``write`` false) never write the mark.
+    """
+    runs = home / "runs"
+    recorded = _recorded(runs)
+    identity = ledger_identity(ledger, create=write)
+    if recorded is not None and recorded == identity:
+        return
+    where = mask(url)
+    if recorded is not None:
+        raise LedgerMismatch(
+            f"{runs} was written with another ledger than {where} (it was replaced, or the "
+            "ledger URL points elsewhere): point --ledger/RETRYSAFE_LEDGER at the home's own "
+            "ledger, restore it, or rebuild it from the attempt folders with 'retrysafe recover'")
+    if not runs.is_dir() or not has_outcome_folders(runs):
+        if write and identity is not None and runs.is_dir():
+            record_identity(home, identity)
+        return
+    if _is_empty(ledger):
+        raise LedgerMismatch(
+            f"the ledger {where} records no outcome, but {runs} holds attempt folders: it was "
+            "deleted, emptied or replaced, and running on would repeat every done outcome; "
+            "restore it, or rebuild it from the attempt folders with 'retrysafe recover'")
+    if write and identity is not None:
+        record_identity(home, identity)
+
+
+def set_aside_stale_folder(path: Path, attempt_id: str) -> Path | None:
+    """An attempt folder that already exists for another attempt (written with a
+    ledger that no longer knows it) is never written into: it is renamed
+    ``attempt-N.orphan-<its attempt id>`` and kept. Returns the new name, if any."""
+    try:
+        status = (path / "status.json").read_bytes()
+    except FileNotFoundError:
+        if not path.exists() or not any(path.iterdir()):
+            return None
+        status = b""
+    except (NotADirectoryError, IsADirectoryError):
+        status = b""
+    import json
+
+    try:
+        owner = json.loads(status).get("attempt_id") if status else None
+    except (ValueError, AttributeError):
+        owner = None
+    if owner == attempt_id:
+        return None
+    suffix = owner if isinstance(owner, str) and owner.isalnum() else os.urandom(8).hex()
+    target = path.with_name(f"{path.name}.orphan-{suffix}")
+    while target.exists():
+        target = path.with_name(f"{path.name}.orphan-{os.urandom(8).hex()}")
+    os.rename(path, target)
+    return target

@@ -1,0 +1,266 @@
+"""Rebuild a lost ledger from the home's attempt folders (``retrysafe recover``).
+
+The folders are what a person reads first, and they carry enough to rebuild
+the ledger's outcomes and steps: ``summary.json`` names the outcome, its job,
+its state and the accepted attempt; each ``attempt-N/status.json`` names its
+attempt; each ``log.jsonl`` line says what a step did, with the evidence of
+every effect that was recorded.
+
+What the folders prove is taken as proven: a step whose log (or summary)
+records evidence is ``done`` with that evidence; a generated artifact whose
+file still has the recorded checksum is ``done``; an outcome is ``done`` when
+its summary says so and every step is proven. Nothing else is guessed: every
+other step becomes ``unknown`` and every other outcome ``unknown``, so the
+next run checks before it acts (a lookup, or a human when there is none), as
+after any crash. Attempt numbers and fencing tokens continue above the
+highest the folders show, so no attempt folder is ever written twice.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InvalidInput
+from .fsio import sha256_file
+from .keys import step_key, unslug
+from .ledger import Ledger
+from .ledger.records import dumps
+from .states import AttemptState, OutcomeState, StepState
+
+__all__ = ["Recovered", "RecoveredOutcome", "read_home", "write"]
+
+_ATTEMPT = re.compile(r"^attempt-([1-9][0-9]{0,8})$")
+_CHECKSUM = re.compile(r"^(?:sha256:)?[0-9a-f]{64}$")
+# log actions that prove an effect happened, with its evidence
+_PROVEN = {("record", "done"), ("update", "done"), ("lookup", "found"), ("check", "skip")}
+_ACTOR = "retrysafe recover"
+
+
+@dataclass
+class RecoveredStep:
+    name: str
+    item: str
+    state: str = StepState.UNKNOWN.value
+    evidence: str | None = None
+    kind: str = "effect"
+    artifact: str | None = None
+    checksum: str | None = None
+    attempt: str | None = None
+    reason: str = ""
+
+
+@dataclass
+class RecoveredOutcome:
+    key: str
+    job: str
+    state: str
+    folder: Path
+    reason: str
+    attempts: list[tuple[int, str, str, float]]  # (number, id, state, time)
+    accepted: str | None
+    steps: dict[str, RecoveredStep] = field(default_factory=dict)
+    fence: int = 0
+
+
+@dataclass
+class Recovered:
+    outcomes: list[RecoveredOutcome]
+    skipped: list[str]  # folders that name no outcome, with why
+
+    def counts(self) -> dict[str, int]:
+        steps = [s for o in self.outcomes for s in o.steps.values()]
+        return {"outcomes": len(self.outcomes),
+                "done": sum(o.state == OutcomeState.DONE for o in self.outcomes),
+                "unknown": sum(o.state == OutcomeState.UNKNOWN for o in self.outcomes),
+                "steps_done": sum(s.state == StepState.DONE for s in steps),
+                "steps_unknown": sum(s.state == StepState.UNKNOWN for s in steps),
+                "skipped": len(self.skipped)}
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _log_lines(path: Path) -> Iterator[dict[str, Any]]:
+    """The log's lines; a torn last line (a kill mid-write) is skipped."""
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return
+    for line in raw.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            yield rec
+
+
+def _step_part(key: str, skey: str) -> tuple[str, str] | None:
+    """(name, item) of a step key of outcome ``key``, in the current or the old rendering."""
+    for prefix in (key + "//", key + "/"):
+        if skey.startswith(prefix):
+            name, _, item = skey[len(prefix):].partition("/")
+            return (name, item) if name else None
+    return None
+
+
+def _outcome(folder: Path, skipped: list[str]) -> RecoveredOutcome | None:
+    summary = _json(folder / "summary.json") or {}
+    numbered = sorted((int(m.group(1)), p) for p in folder.iterdir()
+                      if (m := _ATTEMPT.match(p.name)) and p.is_dir())
+    statuses = {n: _json(p / "status.json") or {} for n, p in numbered}
+    key = summary.get("outcome_key") or next(
+        (s["outcome_key"] for s in statuses.values() if isinstance(s.get("outcome_key"), str)), None)
+    if not isinstance(key, str) or not key:
+        if "~" in folder.name:
+            skipped.append(f"{folder}: no summary.json or status.json names its outcome")
+            return None
+        key = unslug(folder.name)
+    job = summary.get("job") if isinstance(summary.get("job"), str) else folder.parent.name
+    attempts = []
+    for n, _ in numbered:
+        status = statuses[n]
+        attempt_id = status.get("attempt_id")
+        attempts.append((n, attempt_id if isinstance(attempt_id, str) and attempt_id
+                         else f"recovered-{n}-{key}", str(status.get("state") or ""),
+                         float(status.get("updated_at") or 0.0)))
+    out = RecoveredOutcome(key=key, job=str(job), state=OutcomeState.UNKNOWN.value, folder=folder,
+                           reason="", attempts=attempts, accepted=None,
+                           fence=max((n for n, _ in numbered), default=0))
+    for _, path in numbered:
+        for rec in _log_lines(path / "log.jsonl"):
+            _apply(out, rec, path)
+            fence = rec.get("fence")
+            if isinstance(fence, int):
+                out.fence = max(out.fence, fence)
+    for skey, seen in (summary.get("steps") or {}).items():
+        parts = _step_part(key, str(skey)) if isinstance(seen, dict) else None
+        if parts is None or seen.get("state") != StepState.DONE or not seen.get("evidence"):
+            continue
+        step = out.steps.setdefault(str(skey), RecoveredStep(*parts))
+        if step.state != StepState.DONE:
+            step.state, step.evidence = StepState.DONE.value, str(seen["evidence"])
+    _settle_generated(out, numbered)
+    accepted = summary.get("accepted_attempt")
+    by_name = {f"attempt-{n}": attempt_id for n, attempt_id, _, _ in attempts}
+    out.accepted = by_name.get(accepted) if isinstance(accepted, str) else None
+    unproven = [s for s in out.steps.values() if s.state != StepState.DONE]
+    if summary.get("state") == OutcomeState.DONE and out.accepted and not unproven:
+        out.state, out.reason = OutcomeState.DONE.value, "rebuilt from its attempt folders: done"
+    else:
+        out.accepted = None if summary.get("state") != OutcomeState.DONE else out.accepted
+        out.reason = ("rebuilt from its attempt folders, which do not prove it done: the next "
+                      "run checks each unproven step before acting")
+    for step in unproven:
+        step.state = StepState.UNKNOWN.value
+        step.reason = ("rebuilt from the attempt folders without evidence that it happened or "
+                       "not: the next run looks it up before acting")
+    return out
+
+
+def _apply(out: RecoveredOutcome, rec: dict[str, Any], attempt_dir: Path) -> None:
+    skey, action, result = rec.get("step_key"), rec.get("action"), rec.get("result")
+    if not isinstance(skey, str) or skey == out.key:
+        return
+    parts = _step_part(out.key, skey)
+    if parts is None:
+        return
+    step = out.steps.setdefault(skey, RecoveredStep(*parts))
+    if step.state == StepState.DONE:
+        return  # a done step stays done: evidence is never taken back
+    evidence = rec.get("evidence")
+    if (action, result) in _PROVEN and isinstance(evidence, str) and evidence:
+        step.state, step.evidence = StepState.DONE.value, evidence
+        step.attempt = str(rec.get("attempt_id") or "") or None
+    elif action == "generate" and isinstance(rec.get("artifact"), str):
+        step.kind, step.artifact = "generate", rec["artifact"]
+    elif action in ("intent", "unknown", "fail", "block"):
+        step.attempt = str(rec.get("attempt_id") or "") or None
+
+
+def _settle_generated(out: RecoveredOutcome, numbered: list[tuple[int, Path]]) -> None:
+    """A done step whose evidence is a checksum is a generated artifact: find the
+    file that still has it (the latest attempt first); without one it is unproven."""
+    for step in out.steps.values():
+        if step.state != StepState.DONE or not _CHECKSUM.match(step.evidence or ""):
+            continue
+        want = (step.evidence or "").removeprefix("sha256:")
+        candidates = [Path(step.artifact)] if step.artifact else []
+        candidates += [f for _, p in reversed(numbered) for f in sorted(p.iterdir())
+                       if f.is_file() and f.name not in ("status.json", "log.jsonl")
+                       and not f.name.startswith("step-")]
+        for path in candidates:
+            try:
+                if path.is_file() and sha256_file(path).removeprefix("sha256:") == want:
+                    step.kind, step.artifact, step.checksum = "generate", str(path), step.evidence
+                    break
+            except OSError:
+                continue
+        else:
+            if step.kind == "generate":
+                step.state, step.evidence = StepState.UNKNOWN.value, None
+
+
+def read_home(home: Path) -> Recovered:
+    """Everything the attempt folders under ``home/runs`` prove."""
+    runs = home / "runs"
+    outcomes: list[RecoveredOutcome] = []
+    skipped: list[str] = []
+    if not runs.is_dir():
+        return Recovered(outcomes, skipped)
+    for job_dir in sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()):
+        for folder in sorted(p for p in job_dir.iterdir() if p.is_dir() and not p.is_symlink()):
+            got = _outcome(folder, skipped)
+            if got is not None:
+                outcomes.append(got)
+    return Recovered(outcomes, skipped)
+
+
+def write(ledger: Ledger, recovered: Recovered) -> None:
+    """Insert what was recovered, in one transaction; the ledger must hold no outcome."""
+    with ledger.backend.transaction() as tx:
+        if tx.one("SELECT 1 AS one FROM rs_outcomes LIMIT 1") is not None:
+            raise InvalidInput("the ledger already records outcomes: recover rebuilds only an "
+                               "empty ledger (export it first if it should be kept)")
+        now = tx.now
+        for out in recovered.outcomes:
+            last = max((n for n, _, _, _ in out.attempts), default=0)
+            tx.run("INSERT INTO rs_outcomes (key, job, params, state, reason, fence, attempts,"
+                   " accepted_attempt, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   (out.key, out.job, dumps({}), out.state, out.reason, out.fence + 1, last,
+                    None, now, now))
+            for number, attempt_id, _, at in out.attempts:
+                tx.run("INSERT INTO rs_attempts (id, outcome_key, number, fence, state, result,"
+                       " holder_host, lease_expires, context, started_at, ended_at)"
+                       " VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)",
+                       (attempt_id, out.key, number, number, AttemptState.FINISHED.value,
+                        "recovered", "recovered", dumps({}), at, at))
+            if out.accepted:
+                tx.run("UPDATE rs_outcomes SET accepted_attempt = ? WHERE key = ?",
+                       (out.accepted, out.key))
+            for step in out.steps.values():
+                skey = step_key(out.key, step.name, step.item or None)
+                attempt = step.attempt if any(step.attempt == a for _, a, _, _ in out.attempts) \
+                    else None
+                tx.run("INSERT INTO rs_steps (step_key, outcome_key, name, item, kind, state,"
+                       " attempt_id, evidence, artifact, checksum, reason, created_at, updated_at)"
+                       " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (skey, out.key, step.name, step.item, step.kind, step.state, attempt,
+                        step.evidence, step.artifact, step.checksum, step.reason, now, now))
+                tx.run("INSERT INTO rs_events (outcome_key, step_key, at, fence, actor, kind,"
+                       " to_state, reason) VALUES (?, ?, ?, 0, ?, 'step', ?, ?)",
+                       (out.key, skey, now, _ACTOR, step.state,
+                        step.reason or f"rebuilt from the attempt folders: {step.evidence}"))
+            tx.run("INSERT INTO rs_events (outcome_key, step_key, at, fence, actor, kind,"
+                   " to_state, reason) VALUES (?, '', ?, 0, ?, 'outcome', ?, ?)",
+                   (out.key, now, _ACTOR, out.state, out.reason))
