@@ -20,10 +20,17 @@ EXTRA_MODULES = ("starlette", "jinja2", "uvicorn", "prometheus_client", "python_
 """What ``retrysafe[ui]`` installs, as imported."""
 
 
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # ValueError: a module blocked in sys.modules
+        return False
+
+
 def require_extra() -> None:
     """Raise :class:`~retrysafe.errors.ConfigError` (exit 2) naming the extra to
     install when one of its packages is missing."""
-    missing = [m for m in EXTRA_MODULES if importlib.util.find_spec(m) is None]
+    missing = [m for m in EXTRA_MODULES if not _importable(m)]
     if missing:
         raise ConfigError(f"the dashboard and metrics need the ui extra: pip install "
                           f"'retrysafe[ui]' (missing: {', '.join(missing)})")

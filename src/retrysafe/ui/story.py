@@ -50,7 +50,7 @@ class FileView:
     def matches(self) -> bool | None:
         if self.recorded is None or self.sha256 is None:
             return None
-        return self.recorded == self.sha256
+        return self.recorded.removeprefix("sha256:") == self.sha256
 
 
 @dataclass(frozen=True)
