@@ -1,15 +1,31 @@
-"""Who is running: this process as a lease holder, and whether another one still lives."""
+"""Who is running: this process as a lease holder, and whether another one still lives.
+
+A holder is recorded with its host, pid and start time (``started``: the boot
+it ran in plus when it started in that boot), so a recycled pid or a reboot is
+not mistaken for the holder. On Linux both come from the kernel's own counters
+in ``/proc`` (the boot id, the start time in clock ticks): exact, unaffected by
+the wall clock, and the form every earlier version wrote, so those records
+still compare. Elsewhere (macOS, the BSDs) they come from psutil: the boot time
+and the process creation time, which those kernels store once and never
+recompute. psutil's creation time on Linux is derived from the *current* boot
+time, which moves when the clock is stepped, so it is not used there.
+"""
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 import weakref
 from pathlib import Path
+from typing import Any
 
 from .ledger.records import AttemptRecord, Holder
 
-__all__ = ["attempt_liveness", "hold", "holder_gone", "release", "this_holder"]
+__all__ = ["attempt_liveness", "group_alive", "hold", "holder_gone", "release", "this_holder"]
+
+#: read ``/proc`` (Linux); otherwise ask psutil
+PROCFS = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
 
 #: the attempts a live Run of this process works on; a Run dropped without closing
 #: (a library caller that swallowed an error) falls out by itself
@@ -37,16 +53,35 @@ def host_id() -> str:
     return f"{name}#{machine}" if machine else name
 
 
+def _psutil() -> Any:
+    """psutil, imported on first use (Linux never needs it for liveness)."""
+    import psutil  # type: ignore[import-untyped]  # it ships no type stubs
+
+    return psutil
+
+
 @functools.cache
 def _boot_id() -> str:
+    """What names this boot of the host: Linux's boot id, else ``boot-`` and the
+    boot time in whole seconds; ``""`` when neither can be read."""
+    if PROCFS:
+        try:
+            return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        except OSError:
+            return ""
     try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
+        psutil = _psutil()
+
+        return f"boot-{round(psutil.boot_time())}"
+    except Exception:  # noqa: BLE001 - no boot time: reboots are told by the pid check alone
         return ""
 
 
 def _proc_start(pid: int) -> str | None:
-    """Boot id plus the process start time in clock ticks, or ``None`` if unreadable."""
+    """Boot id plus the process start time, ``"dead"`` for a zombie, or ``None``
+    if unreadable."""
+    if not PROCFS:
+        return _psutil_start(pid)
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -56,6 +91,23 @@ def _proc_start(pid: int) -> str | None:
     if fields and fields[0] in ("Z", "X"):
         return "dead"
     return f"{_boot_id()}:{fields[19]}" if len(fields) > 19 else None
+
+
+def _psutil_start(pid: int) -> str | None:
+    """:func:`_proc_start` through psutil: the creation time to the microsecond."""
+    psutil = _psutil()
+
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            status, created = proc.status(), proc.create_time()
+    except psutil.NoSuchProcess:
+        return None
+    except (psutil.Error, OSError):
+        return None
+    if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+        return "dead"
+    return f"{_boot_id()}:{created:.6f}"
 
 
 _SELF: dict[int, Holder] = {}
@@ -97,8 +149,10 @@ def _carriers(attempt_id: str) -> list[int]:
     """Processes on this host that carry the attempt in their environment: the
     command ``retrysafe run`` started, the steps inside it, and their children,
     orphans included (their parent may be gone). Stopped processes count."""
-    needle = f"RETRYSAFE_ATTEMPT_ID={attempt_id}".encode()
     own = os.getpid()
+    if not PROCFS:
+        return _psutil_carriers(attempt_id, own)
+    needle = f"RETRYSAFE_ATTEMPT_ID={attempt_id}".encode()
     found: list[int] = []
     try:
         entries = os.listdir("/proc")
@@ -117,12 +171,76 @@ def _carriers(attempt_id: str) -> list[int]:
     return sorted(found)
 
 
+def _psutil_carriers(attempt_id: str, own: int) -> list[int]:
+    """:func:`_carriers` through psutil (the environment of our user's processes)."""
+    psutil = _psutil()
+
+    found: list[int] = []
+    for proc in psutil.process_iter():
+        if proc.pid == own:
+            continue
+        try:
+            if proc.environ().get("RETRYSAFE_ATTEMPT_ID") == attempt_id:
+                found.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue  # gone meanwhile, or another user's: not ours to judge
+    return sorted(found)
+
+
 def _describe(pid: int) -> str:
-    try:
-        name = Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        name = "?"
+    if PROCFS:
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            name = "?"
+    else:
+        psutil = _psutil()
+
+        try:
+            name = psutil.Process(pid).name()
+        except (psutil.Error, OSError):
+            name = "?"
     return f"pid {pid} ({name})"
+
+
+def group_alive(pgid: int) -> bool:
+    """Does a process of group ``pgid`` still run? Zombies waiting for their
+    reaper do not count."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    if not PROCFS:
+        return _psutil_group_alive(pgid)
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def _psutil_group_alive(pgid: int) -> bool:
+    psutil = _psutil()
+
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() not in (psutil.STATUS_ZOMBIE,
+                                                                       psutil.STATUS_DEAD):
+                return True
+        except (psutil.Error, OSError):
+            continue
+    return False
 
 
 def attempt_liveness(attempt: AttemptRecord, runners: list[Holder]) -> tuple[bool | None, str]:

@@ -24,6 +24,7 @@ from ..connectors.base import ABSENT, Ambiguous, EffectFailed, Found, LookupResu
 from ..donestep import done_step_evidence
 from ..errors import EXIT_BUSY, InvalidInput
 from ..keys import check_name, parse_assignments, slug, step_key
+from ..process import group_alive
 from ..states import StepState
 from ._common import emit_json, json_option, state
 
@@ -114,31 +115,6 @@ def check_command(argv0: str, env: Mapping[str, str]) -> None:
     raise InvalidInput(f"command not found: {argv0}")
 
 
-def _group_alive(pgid: int) -> bool:
-    """Does a process of group ``pgid`` still run? Zombies waiting for their
-    reaper do not count."""
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return True
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
-
-
 def _stop_group(proc: subprocess.Popen[bytes], first: int = signal.SIGTERM) -> None:
     """Send ``first`` to the command's whole process group, then SIGKILL what is
     left after :data:`KILL_GRACE` seconds; returns once the command has ended."""
@@ -146,7 +122,7 @@ def _stop_group(proc: subprocess.Popen[bytes], first: int = signal.SIGTERM) -> N
         os.killpg(proc.pid, first)
     deadline = time.monotonic() + KILL_GRACE
     while time.monotonic() < deadline:
-        if proc.poll() is not None and not _group_alive(proc.pid):
+        if proc.poll() is not None and not group_alive(proc.pid):
             return
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError, PermissionError):

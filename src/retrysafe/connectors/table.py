@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import fcntl
 import io
 import json
 import os
@@ -129,6 +128,8 @@ class CsvTableConnector(ConnectorBase):
         except OSError as exc:
             raise EffectFailed(f"cannot open lock file {lock_path}: {exc.strerror}") from exc
         try:
+            import fcntl  # POSIX only: imported where the lock is taken, not with the package
+
             fcntl.flock(fd, fcntl.LOCK_SH if kind == "shared" else fcntl.LOCK_EX)
             yield
         finally:
