@@ -89,6 +89,9 @@ def acceptance_problems(run: ClosingRun, steps: list[StepRecord],
     import subprocess
 
     for cmd in run.job.accept:
+        if not isinstance(cmd, str):  # a URL check (checks.py)
+            problems += filter(None, [cmd.problem(run.key, steps)])
+            continue
         env = {**os.environ, **run.env()} if run.attempt else dict(os.environ)
         proc = subprocess.run(["/bin/sh", "-c", cmd], cwd=attempt_dir or run.dir, env=env,
                               capture_output=True, text=True, check=False)

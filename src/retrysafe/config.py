@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import keys
+from .checks import UrlCheck, parse_accept
 from .effects import EffectClass, Policy, parse_overrides
 from .errors import ConfigError, HomeNotWritable, InvalidParameter, UnknownJob
 from .location import CONFIG_NAME, config_file, ledger_settings, read_toml, resolve_home
@@ -76,7 +77,8 @@ class Job:
     lease_seconds: int = DEFAULT_LEASE_SECONDS
     classes: Mapping[EffectClass, Policy] = field(default_factory=dict)
     expected_artifacts: tuple[str, ...] = ()
-    accept: tuple[str, ...] = ()
+    accept: tuple[str | UrlCheck, ...] = ()
+    """shell commands, and URL checks (``checks.py``), that must pass before ``done``"""
     schedule: str | None = None
     tz: str | None = None
     description: str = ""
@@ -205,7 +207,7 @@ def parse_job(name: str, table: Mapping[str, Any]) -> Job:
         lease_seconds=positive_int("lease_seconds", DEFAULT_LEASE_SECONDS),
         classes=parse_overrides(name, classes),
         expected_artifacts=artifacts,
-        accept=str_list("accept"),
+        accept=parse_accept(name, table.get("accept", [])),
         schedule=schedule,
         tz=tz,
         description=str(table.get("description") or ""),
