@@ -9,6 +9,7 @@ earlier versions recorded, which must still compare.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import signal
@@ -215,7 +216,5 @@ def _wait_for(path: Path, proc: subprocess.Popen[bytes]) -> None:
 
 
 def _kill(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
