@@ -152,6 +152,7 @@ class Run:
             envvars.ATTEMPT: str(attempt.number),
             envvars.ATTEMPT_ID: attempt.id,
             envvars.ATTEMPT_DIR: str(self.dir),
+            envvars.FENCE: str(attempt.fence),
         }
 
     def _log(self, skey: str, action: str, result: str, **extra: Any) -> None:

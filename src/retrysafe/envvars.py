@@ -20,6 +20,7 @@ __all__ = [
     "DRILL_FAIL",
     "DRILL_TRIAL",
     "EVIDENCE",
+    "FENCE",
     "HOME",
     "JOB",
     "LEDGER",
@@ -47,6 +48,10 @@ ATTEMPT = "RETRYSAFE_ATTEMPT"
 ATTEMPT_ID = "RETRYSAFE_ATTEMPT_ID"
 """The attempt's id: what ``retrysafe step`` attaches to."""
 ATTEMPT_DIR = "RETRYSAFE_ATTEMPT_DIR"
+FENCE = "RETRYSAFE_FENCE"
+"""The attempt's fencing token: it only grows from one attempt to the next, so a provider
+that supports conditional writes can refuse a writer whose token is lower than the last
+it saw (a stale attempt that was taken over)."""
 STEP_KEY = "RETRYSAFE_STEP_KEY"
 """The step key a step command hands to the provider."""
 OUTPUT = "RETRYSAFE_OUTPUT"

@@ -1,11 +1,22 @@
 """SIGKILL at random moments during real runs of the content pipeline, then the audit.
 
-Each trial starts ``retrysafe run`` (in a process group of its own, so the
-kill takes the run, the pipeline script and any ``retrysafe step`` child at
-once), kills the group after a random delay, and re-runs until the outcome is
-done. Every fifth trial starts two runs of the same outcome at once, one of
-which is killed. Trials run a few at a time, so runs of different outcomes
-overlap too. The audit then reads the external systems and the ledger.
+Each trial starts ``retrysafe run`` (in a process group of its own), does
+one kind of harm after a random delay, and re-runs until the outcome is done:
+
+* ``group``: SIGKILL of the whole group (the run, the pipeline script and any
+  ``retrysafe step`` child at once);
+* ``pair``: two runs of the same outcome started together, one killed so;
+* ``run-only``: SIGKILL of the ``retrysafe run`` process alone, as an OOM
+  kill does, while its command and step live on as orphans; the re-runs start
+  at once, while the orphans still work;
+* ``stop``: SIGSTOP of the group, then a re-run whose clock is two hours
+  ahead (libfaketime), so the frozen attempt's lease looks long expired; then
+  SIGCONT, and the frozen run goes on;
+* ``clock``: while the run works, re-runs whose clocks are two hours ahead
+  and two hours behind.
+
+Trials run a few at a time, so runs of different outcomes overlap too. The
+audit then reads the external systems and the ledger, per kind of harm.
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import threading
@@ -29,6 +41,7 @@ OCCURRENCE = "2026-11-30T0900"
 MAX_RERUNS = 12
 MAX_DELAY = 2.0  # a content-pipeline run takes about 1-2 s: most trials kill a live run
 BUSY_PATIENCE = 180.0
+KINDS = ("group", "pair", "run-only", "stop", "clock")
 
 
 @dataclass
@@ -52,6 +65,8 @@ class Figures:
     wrong_draft: int = 0
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
+    # per kind of harm: trials, duplicates, missing effects, outcomes lost or stuck
+    by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,13 +84,27 @@ class Chaos:
         self.token = uuid.uuid4().hex[:6]
         self.lock = threading.Lock()
         self.keys: list[str] = []
+        self.kind_of: dict[str, str] = {}
+        self.faketime = shutil.which("faketime")
 
-    def _popen(self, target: str) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [str(BIN / "retrysafe"), "run", "content-pipeline", "-p", f"occurrence={OCCURRENCE}",
-             "-p", f"target={target}", "--", str(CONTENT / "pipeline.sh")],
-            env=self.env, cwd=CONTENT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
+    def _popen(self, target: str, shift: str | None = None) -> subprocess.Popen[bytes]:
+        argv = [str(BIN / "retrysafe"), "run", "content-pipeline", "-p",
+                f"occurrence={OCCURRENCE}", "-p", f"target={target}", "--",
+                str(CONTENT / "pipeline.sh")]
+        if shift is not None and self.faketime:
+            argv = [self.faketime, "-f", shift, *argv]
+        return subprocess.Popen(argv, env=self.env, cwd=CONTENT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def _kind(self, i: int) -> str:
+        if i % 5 == 0:
+            return "pair"
+        kinds = ["group", "run-only"] + (["stop", "clock"] if self.faketime else [])
+        return kinds[i % len(kinds)] if i % 5 in (1, 2) else self.random.choice(kinds)
+
+    def _busy_or_done(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.wait(timeout=300) == 75:
+            self._count(busy_answers=1)
 
     def _count(self, **delta: int) -> None:
         with self.lock:
@@ -86,19 +115,30 @@ class Chaos:
         target = f"c{self.token}-{i}"
         with self.lock:
             delay = self.random.uniform(0, MAX_DELAY)
-            pair = i % 5 == 0
-            self.keys.append(f"content-pipeline:{OCCURRENCE}:{target}")
+            kind = self._kind(i)
+            key = f"content-pipeline:{OCCURRENCE}:{target}"
+            self.keys.append(key)
+            self.kind_of[key] = kind
         victim = self._popen(target)
-        twin = self._popen(target) if pair else None
+        twin = self._popen(target) if kind == "pair" else None
         time.sleep(delay)
         if victim.poll() is None:
-            os.killpg(victim.pid, signal.SIGKILL)
             self._count(kills=1)
+            if kind in ("group", "pair"):
+                os.killpg(victim.pid, signal.SIGKILL)
+            elif kind == "run-only":
+                victim.kill()  # the run alone: its command and step live on as orphans
+            elif kind == "stop":
+                os.killpg(victim.pid, signal.SIGSTOP)
+                self._busy_or_done(self._popen(target, shift="+2h"))
+                os.killpg(victim.pid, signal.SIGCONT)
+            else:  # clock: runs whose clocks disagree, while the first one works
+                for shift in ("+2h", "-2h"):
+                    self._busy_or_done(self._popen(target, shift=shift))
         victim.wait()
         if twin is not None:
             self._count(concurrent_pairs=1)
-            if twin.wait(timeout=300) == 75:
-                self._count(busy_answers=1)
+            self._busy_or_done(twin)
         # re-run like a scheduler would: at least MAX_RERUNS times, and on "busy"
         # (a live twin, or a ledger that is briefly unreachable) keep backing off
         # for up to BUSY_PATIENCE seconds
@@ -126,6 +166,40 @@ class Chaos:
         self.figures.seconds = round(time.monotonic() - started, 1)
         return self.figures
 
+    def ledger_loss(self, trials: int) -> Figures:
+        """One after another: a run killed at a random moment, then the ledger deleted.
+        The next run must refuse (the home knows its ledger) rather than start over;
+        ``retrysafe recover`` rebuilds it from the attempt folders, and the re-runs
+        finish every outcome without repeating an effect."""
+        started = time.monotonic()
+        ledger = self.home / "ledger.sqlite3"
+        for i in range(trials):
+            target = f"l{self.token}-{i}"
+            key = f"content-pipeline:{OCCURRENCE}:{target}"
+            self.keys.append(key)
+            self.kind_of[key] = "ledger-deleted"
+            victim = self._popen(target)
+            time.sleep(self.random.uniform(0, MAX_DELAY))
+            if victim.poll() is None:
+                os.killpg(victim.pid, signal.SIGKILL)
+                self._count(kills=1)
+            victim.wait()
+            for suffix in ("", "-wal", "-shm"):
+                ledger.with_name(ledger.name + suffix).unlink(missing_ok=True)
+            for _ in range(MAX_RERUNS):
+                rc = self._popen(target).wait(timeout=300)
+                self._count(reruns=1)
+                if rc == 0:
+                    break
+                if rc == 2:
+                    subprocess.run([str(BIN / "retrysafe"), "recover"], env=self.env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   check=False, timeout=300)
+            self._count(trials=1)
+        self.audit()
+        self.figures.seconds = round(time.monotonic() - started, 1)
+        return self.figures
+
     # --- the audit ----------------------------------------------------------------
 
     def audit(self) -> None:
@@ -134,10 +208,22 @@ class Chaos:
 
         fig = self.figures
         counts = self.targets.counts()
+        for kind in sorted(set(self.kind_of.values())):
+            fig.by_kind[kind] = {"trials": 0, "duplicates": 0, "missing": 0, "lost": 0, "stuck": 0}
+        for key in self.keys:
+            fig.by_kind[self.kind_of[key]]["trials"] += 1
+
+        def bad(key: str, what: str, n: int = 1) -> None:
+            outcome = key.rsplit("/", 1)[0]
+            kind = self.kind_of.get(outcome)
+            if kind is not None:
+                fig.by_kind[kind][what] += n
+
         for system, per_key in counts.items():
             for key, n in per_key.items():
                 if n > 1:
                     fig.duplicates += n - 1
+                    bad(key, "duplicates", n - 1)
                     fig.problems.append(f"{system}: {n} effects for {key}")
         posts = {p["key"]: p for p in self.targets.state()["cms"]}
         saved = dict(os.environ)
@@ -150,14 +236,17 @@ class Chaos:
                     fig.effects_checked += 1
                     if counts[system].get(f"{key}/{step}", 0) == 0:
                         fig.missing_effects += 1
+                        bad(f"{key}/{step}", "missing")
                         fig.problems.append(f"{system}: no effect for {key}")
                 out = engine.ledger.outcome(key)
                 if out is None:
                     fig.outcomes_lost += 1
+                    bad(f"{key}/-", "lost")
                     fig.problems.append(f"{key}: no outcome in the ledger")
                     continue
                 if out.state != "done":
                     fig.outcomes_stuck += 1
+                    bad(f"{key}/-", "stuck")
                     fig.problems.append(f"{key}: {out.state} ({out.reason or 'no reason'})")
                     continue
                 bad = [c for c in verify_outcome(engine, key) if not c.ok]

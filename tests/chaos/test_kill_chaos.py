@@ -63,6 +63,20 @@ def test_random_kills_on_postgres(content_targets: ContentTargets, tmp_path: Pat
     _assert_clean(fig, PG_TRIALS)
 
 
+LEDGER_LOSS_TRIALS = int(os.environ.get("RETRYSAFE_CHAOS_LOSS_TRIALS", "6"))
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(3600)
+def test_kills_then_the_ledger_deleted(content_targets: ContentTargets, tmp_path: Path) -> None:
+    """A kill, then the ledger deleted, over and over: refused, recovered, no duplicate."""
+    home = content_targets.home(tmp_path / "home")
+    seed = int(os.environ.get("RETRYSAFE_CHAOS_SEED", random.randrange(1 << 30)))
+    fig = Chaos(content_targets, home, "sqlite-ledger-loss", seed).ledger_loss(LEDGER_LOSS_TRIALS)
+    write_figures(fig)
+    _assert_clean(fig, LEDGER_LOSS_TRIALS)
+
+
 @contextmanager
 def own_database(dsn: str) -> Iterator[str]:
     """A database of the chaos run's own on the test server, dropped afterwards.

@@ -276,3 +276,23 @@ def test_accept_sees_an_artifact_accepted_by_an_earlier_attempt(home: Home) -> N
     copy = home.path / "runs/report/report+2026-W22/attempt-2/draft.md"
     assert copy.read_text() == "frozen\n"
     assert home.run("verify", "report:2026-W22").returncode == 0
+
+
+def test_commands_get_the_fencing_token_and_it_grows_with_each_attempt(
+        home: Home, tmp_path: Path) -> None:
+    """RETRYSAFE_FENCE reaches the job's command and its steps' commands; a later
+    attempt's token is higher, so a provider with conditional writes can refuse
+    the stale one."""
+    simple_job(home)
+    seen = tmp_path / "fences"
+    script = (f'echo "run $RETRYSAFE_FENCE" >> {seen}; '
+              f"{PY} -m retrysafe step send --class message -- "
+              f"sh -c 'echo \"step $RETRYSAFE_FENCE\" >> {seen}; echo m1'; exit 1")
+    for _ in range(2):
+        assert home.run("run", "report", "-p", "week=2026-W20", "--", "sh", "-c", script).returncode == 1
+    with home.open_ledger() as ledger:
+        fences = [a.fence for a in ledger.attempts("report:2026-W20")]
+    assert len(fences) == 2 and fences[0] < fences[1]
+    # the second attempt skips the step, done by the first
+    assert seen.read_text().splitlines() == [f"run {fences[0]}", f"step {fences[0]}",
+                                             f"run {fences[1]}"]
