@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import TextIO
 
+from . import tracing
 from .attempt import Run
 
 __all__ = ["run_command"]
@@ -32,7 +33,12 @@ def run_command(run: Run, cmd: Sequence[str], *, cwd: str | None = None,
     """Run ``cmd`` inside ``run`` (in ``cwd``, its standard output to ``stdout``;
     default: ours) and return its exit status (negative: killed by that
     signal). ``run.lost`` is set when the lease was lost meanwhile."""
-    proc = subprocess.Popen(list(cmd), env={**os.environ, **run.env()}, cwd=cwd, stdout=stdout)
+    with tracing.attempt_span(run) as trace_env:  # TRACEPARENT, when the otel extra traces
+        return _supervise(run, subprocess.Popen(list(cmd), env={**os.environ, **run.env(), **trace_env},
+                                                cwd=cwd, stdout=stdout))
+
+
+def _supervise(run: Run, proc: subprocess.Popen[bytes]) -> int:
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         with contextlib.suppress(ProcessLookupError):
