@@ -151,17 +151,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=10)
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """A real gateway on a free loopback port, isolated in a scratch HOME."""
+def scratch_env(scratch: Path) -> dict[str, str]:
+    """A scratch HOME for OpenClaw, Node and OpenClaw on PATH, and a ``retrysafe`` wrapper.
+
+    The wrapper runs this checkout's retrysafe with this Python: on PATH for
+    the skill's requirement check, and named by absolute path everywhere else.
+    """
     openclaw = os.environ["RETRYSAFE_E2E_OPENCLAW_BIN"]
     node_bin = os.environ["RETRYSAFE_E2E_NODE_BIN"]
-    scratch = tmp_path_factory.mktemp("openclaw")
     (scratch / "home" / ".openclaw").mkdir(parents=True)
     (scratch / "tmp").mkdir()
     bin_dir = scratch / "bin"
     bin_dir.mkdir()
-    # 'retrysafe' on PATH for the skill's requirement check; absolute in job commands
     wrapper = bin_dir / "retrysafe"
     wrapper.write_text(
         "#!/bin/sh\n"
@@ -176,14 +177,24 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         NO_COLOR="1",
         PATH=os.pathsep.join([node_bin, str(Path(openclaw).parent), str(bin_dir), env["PATH"]]),
     )
-    port, token = _free_port(), secrets.token_hex(16)
-    subprocess.run(
-        [openclaw, "config", "set", "gateway.mode", "local"],
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=120,
+    return env
+
+
+def openclaw_cli(env: dict[str, str], *args: str) -> str:
+    """Run the openclaw CLI without a gateway (configuration, installs); its stdout."""
+    done = subprocess.run(
+        [os.environ["RETRYSAFE_E2E_OPENCLAW_BIN"], *args],
+        env=env, capture_output=True, text=True, timeout=180, check=False,
     )
+    assert done.returncode == 0, f"openclaw {args}: {done.stdout[-1500:]}{done.stderr[-1500:]}"
+    return done.stdout
+
+
+@contextlib.contextmanager
+def launch(scratch: Path, env: dict[str, str]) -> Iterator[Gateway]:
+    """Start a gateway on a free loopback port; stop its whole process group after."""
+    openclaw = os.environ["RETRYSAFE_E2E_OPENCLAW_BIN"]
+    port, token = _free_port(), secrets.token_hex(16)
     log = (scratch / "gateway.log").open("wb")
     proc = subprocess.Popen(
         [
@@ -207,23 +218,29 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     )
     try:
         deadline = time.monotonic() + 180
-        while True:
+        while b"[gateway] ready" not in (scratch / "gateway.log").read_bytes():
             if proc.poll() is not None:
                 raise AssertionError(
                     f"gateway exited {proc.returncode}: "
                     f"{(scratch / 'gateway.log').read_text(errors='replace')[-3000:]}"
                 )
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "gateway did not listen within 180 s"
-                time.sleep(0.5)
+            assert time.monotonic() < deadline, "gateway was not ready within 180 s"
+            time.sleep(0.5)
         yield Gateway(openclaw, env, port, token, scratch, proc)
     finally:
         _stop(proc)
         log.close()
     assert proc.poll() is not None
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A real gateway on a free loopback port, isolated in a scratch HOME."""
+    scratch = tmp_path_factory.mktemp("openclaw")
+    env = scratch_env(scratch)
+    openclaw_cli(env, "config", "set", "gateway.mode", "local")
+    with launch(scratch, env) as gw:
+        yield gw
 
 
 @dataclass

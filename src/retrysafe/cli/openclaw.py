@@ -276,12 +276,18 @@ def cron_command(
 @openclaw.command("install-plugin")
 @click.option("--link", is_flag=True, help="Load the plugin in place (openclaw plugins install --link).")
 @click.option(
+    "--yes",
+    is_flag=True,
+    help="Answer OpenClaw's trust and capability questions for this plugin "
+    "(--force --accept-capabilities); without a terminal, OpenClaw cancels otherwise.",
+)
+@click.option(
     "--openclaw",
     "openclaw_bin",
     metavar="PATH",
     help="The openclaw executable (default: 'openclaw' on PATH).",
 )
-def install_plugin(link: bool, openclaw_bin: str | None) -> None:
+def install_plugin(link: bool, yes: bool, openclaw_bin: str | None) -> None:
     """Install the retrysafe plugin into OpenClaw with 'openclaw plugins install'.
 
     The plugin guards declared tool calls of cron-driven agent runs (see
@@ -290,14 +296,15 @@ def install_plugin(link: bool, openclaw_bin: str | None) -> None:
     \b
     Example:
       retrysafe openclaw install-plugin
-      retrysafe openclaw install-plugin --link
+      retrysafe openclaw install-plugin --link --yes
     """
     import subprocess
 
     from ..openclaw.plugin import plugin_dir
 
     found = openclaw_bin or shutil.which("openclaw")
-    argv = [found or "openclaw", "plugins", "install", *(["--link"] if link else []), str(plugin_dir())]
+    flags = [*(["--link"] if link else []), *(["--force", "--accept-capabilities"] if yes else [])]
+    argv = [found or "openclaw", "plugins", "install", *flags, str(plugin_dir())]
     if found is None:
         click.echo("note: 'openclaw' is not on PATH; run this where it is:", err=True)
         click.echo(shlex.join(argv))

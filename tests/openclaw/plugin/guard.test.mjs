@@ -146,3 +146,14 @@ test("agent_end closes the attempt: done when every step is", async () => {
   const out = JSON.parse(execFileSync(BIN, ["--home", home, "status", key, "--json"], { encoding: "utf8" }));
   assert.equal(out.outcome.state, "done");
 });
+
+test("a record still in flight (after_tool_call not awaited) is settled before the next call", async () => {
+  const { guard } = scratch();
+  const call = send("not awaited", "f1");
+  assert.equal(await guard.before(call, cron("f")), undefined);
+  const recordingNow = guard.after(sent(call, "m-90"), cron("f")); // OpenClaw observes without awaiting
+  const again = await guard.before(send("not awaited", "f2"), cron("f"));
+  assert.equal(again?.block, true, JSON.stringify(again));
+  assert.match(again.blockReason, /already done: evidence m-90/);
+  await recordingNow;
+});

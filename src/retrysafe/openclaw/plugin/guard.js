@@ -93,7 +93,9 @@ export function resultFailed(result) {
 /** Run the retrysafe CLI; resolves to { code, json, stdout, stderr } (code null: did not run). */
 export function runCli(bin, home, args, timeoutMs) {
   const full = home ? ["--home", home, ...args] : args;
-  const env = { ...process.env };
+  // OPENCLAW_SHELL=plugin: the attempt records runner openclaw:plugin, not the
+  // gateway's own context (it would read as a command job).
+  const env = { ...process.env, OPENCLAW_SHELL: "plugin" };
   if (home) env.RETRYSAFE_HOME = home;
   return new Promise((resolve) => {
     execFile(bin, full, { timeout: timeoutMs, env, maxBuffer: 1 << 20 }, (error, stdout, stderr) => {
@@ -132,8 +134,15 @@ export function createGuard(config = {}, { logger, run = runCli, lookup = runLoo
   const guards = config.guards ?? DEFAULT_GUARDS;
   const jobs = config.jobs ?? {};
   const timeoutMs = config.timeoutMs ?? 30_000;
+  // OpenClaw denies an approval nobody answers once this runs out; the step
+  // stays blocked in the ledger with its unblock line.
+  const approvalTimeoutMs = config.approvalTimeoutMs ?? 10 * 60_000;
   const attempts = new Map(); // run -> { key, attempt }
   const pending = new Map(); // toolCallId or run+step -> { key, step, attempt, cls, intended }
+  // after_tool_call is an observing hook: OpenClaw may not await it before the
+  // next before_tool_call of the same run. Records in flight, by run, are
+  // awaited before deciding on the next call and before closing.
+  const recording = new Map(); // run -> Set of promises
   const cli = (...args) => run(bin, home, args, timeoutMs);
   const log = (msg) => logger?.info?.(`retrysafe: ${msg}`);
   const block = (reason) => ({ block: true, blockReason: `retrysafe: ${reason}` });
@@ -168,7 +177,7 @@ export function createGuard(config = {}, { logger, run = runCli, lookup = runLoo
         title,
         description,
         severity: "critical",
-        timeoutMs: 10 * 60_000,
+        timeoutMs: approvalTimeoutMs,
         allowedDecisions: ["allow-once", "deny"],
         onResolution: async (decision) => {
           if (decision === "allow-once" || decision === "allow-always") await onAllow();
@@ -185,7 +194,13 @@ export function createGuard(config = {}, { logger, run = runCli, lookup = runLoo
     return answer;
   }
 
+  async function settled(ctx) {
+    const inFlight = recording.get(runKeyOf(ctx));
+    if (inFlight?.size) await Promise.allSettled([...inFlight]);
+  }
+
   async function before(event, ctx) {
+    await settled(ctx);
     const toolName = String(event.toolName ?? "");
     const params = event.params ?? {};
     if (toolName === "exec" && HUMAN_ONLY.test(commandOf(params))) {
@@ -269,7 +284,18 @@ export function createGuard(config = {}, { logger, run = runCli, lookup = runLoo
     return answer.code === 0 ? undefined : unreachable(answer);
   }
 
-  async function after(event, ctx) {
+  function after(event, ctx) {
+    const run = runKeyOf(ctx);
+    const work = recordAfter(event, ctx);
+    if (!recording.has(run)) recording.set(run, new Set());
+    recording.get(run).add(work);
+    return work.finally(() => {
+      recording.get(run)?.delete(work);
+      if (recording.get(run)?.size === 0) recording.delete(run);
+    });
+  }
+
+  async function recordAfter(event, ctx) {
     const toolName = String(event.toolName ?? "");
     const guard = matchGuard(guards, toolName, event.params ?? {});
     if (!guard) return;
@@ -292,6 +318,7 @@ export function createGuard(config = {}, { logger, run = runCli, lookup = runLoo
   }
 
   async function end(event, ctx) {
+    await settled(ctx);
     const entry = attempts.get(runKeyOf(ctx));
     if (!entry) return;
     attempts.delete(runKeyOf(ctx));
