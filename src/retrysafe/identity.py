@@ -132,3 +132,35 @@ def set_aside_stale_folder(path: Path, attempt_id: str) -> Path | None:
         target = path.with_name(f"{path.name}.orphan-{os.urandom(8).hex()}")
     os.rename(path, target)
     return target
+
+
+TEMP_AGE = 60.0
+"""Seconds after which a temporary file of an atomic write is a leftover, not work in progress."""
+
+
+def remove_temp_leftovers(outcome_dir: Path, now: float | None = None) -> int:
+    """Remove the temporary files a killed writer left in an outcome's folders
+    (``.NAME.XXXX.tmp``, older than :data:`TEMP_AGE`): the file they were for is
+    whole or absent either way. Returns how many were removed."""
+    import time
+
+    cutoff = (time.time() if now is None else now) - TEMP_AGE
+    removed = 0
+    try:
+        folders = [outcome_dir, *(p for p in outcome_dir.iterdir()
+                                  if p.name.startswith("attempt-") and not p.is_symlink())]
+    except OSError:
+        return 0
+    for folder in folders:
+        try:
+            leftovers = [p for p in folder.glob(".*.tmp") if p.is_file() and not p.is_symlink()]
+        except OSError:
+            continue
+        for path in leftovers:
+            try:
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    removed += 1
+            except OSError:
+                continue
+    return removed

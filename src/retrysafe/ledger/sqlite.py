@@ -134,7 +134,9 @@ class SqliteBackend(Backend):
         if "disk is full" in text or "disk I/O error" in text:
             return StorageFull(f"ledger {self.path}: {text}; free some space and run again")
         if "locked" in text or "busy" in text:
-            return LedgerUnavailable(f"ledger {self.path} is busy: {text}")
+            from .sqlite_locks import holder_text
+
+            return LedgerUnavailable(f"ledger {self.path} is busy: {text}{holder_text(self.path)}")
         if "readonly" in text or "unable to open" in text:
             return HomeNotWritable(f"ledger {self.path} cannot be written: {text}")
         if "not a database" in text or "malformed" in text:

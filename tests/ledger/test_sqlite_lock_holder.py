@@ -1,0 +1,41 @@
+"""A writer that gives up on a locked SQLite ledger names the process holding the lock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from retrysafe.errors import LedgerUnavailable
+from retrysafe.ledger import open_ledger
+from retrysafe.ledger import sqlite as sqlite_backend
+
+HOLD = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("holding", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="the system lists no record locks")
+def test_a_busy_ledger_names_the_process_holding_its_write_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "ledger.sqlite3"
+    open_ledger(f"sqlite:///{db}").close()  # a ledger in WAL mode
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(db)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        monkeypatch.setattr(sqlite_backend, "BUSY_TIMEOUT_MS", 300)
+        with (open_ledger(f"sqlite:///{db}") as ledger, pytest.raises(LedgerUnavailable) as err,
+              ledger.backend.transaction() as tx):
+            tx.run("DELETE FROM rs_meta")
+        assert f"held by pid {holder.pid} (" in err.value.message
+        assert "time.sleep" in err.value.message or sys.executable in err.value.message
+    finally:
+        holder.kill()
+        holder.wait()
