@@ -35,6 +35,7 @@ from .errors import (
     StepUnknown,
     command_line,
 )
+from .evidence import Evidence, FieldValue
 from .folders import AttemptFolder
 from .fsio import atomic_copy, sha256_file
 from .keys import check_name, step_key, step_ref
@@ -680,12 +681,15 @@ class Run:
         filename: str | None = None,
         validate: Callable[[Path], bool] | None = None,
         item: str | None = None,
+        provenance: Mapping[str, FieldValue] | None = None,
     ) -> Path:
         """Produce an artifact once and freeze it; a later attempt gets the same file.
 
         ``produce`` writes the artifact to the path it is given (inside this
         attempt's folder). ``validate`` may reject it. The accepted artifact's
         checksum is recorded; it is never produced again for this outcome.
+        ``provenance`` (declared inputs: prompt file and checksum, model) is
+        recorded with it, as named fields of its evidence (``provenance.py``).
         """
         check_name("step", name)
         fname = check_name("output", filename or name)
@@ -707,12 +711,12 @@ class Run:
                                key=self.key, step=name)
         if step is not None and step.state in (_S.UNKNOWN, _S.RUNNING) and step.artifact \
                 and step.checksum and self._runner_gone(step):
-            adopted = self._adopt(name, item, step, validate)
+            adopted = self._adopt(name, item, step, validate, provenance)
             if adopted is not None:
                 return adopted
         self.intent(name, "local_write", item=item, kind="generate", step=step)
         out = self._produce(skey, name, item, produce, self.dir / fname)
-        self._accept(name, item, out, validate)
+        self._accept(name, item, out, validate, provenance)
         return out
 
     def _produce(self, skey: str, name: str, item: str | None, produce: Callable[[Path], object],
@@ -737,7 +741,8 @@ class Run:
         return out
 
     def _accept(self, name: str, item: str | None, out: Path,
-                validate: Callable[[Path], bool] | None) -> None:
+                validate: Callable[[Path], bool] | None,
+                provenance: Mapping[str, FieldValue] | None = None) -> None:
         """Validate the artifact and freeze it (``done``, its checksum the evidence)."""
         try:
             ok = validate(out) if validate else True
@@ -751,7 +756,7 @@ class Run:
             raise StepFailed(f"generate step {name} of {self.key}: {why}", key=self.key,
                              step=name, state=_S.FAILED)
         checksum = sha256_file(out)
-        self.record(name, checksum, item=item, outcome_state=_O.GENERATED,
+        self.record(name, Evidence(checksum, provenance), item=item, outcome_state=_O.GENERATED,
                     artifact=str(out), checksum=checksum)
 
     def _bring(self, accepted: Path, fname: str) -> None:
@@ -768,7 +773,8 @@ class Run:
             atomic_copy(accepted, copy)
 
     def _adopt(self, name: str, item: str | None, step: StepRecord,
-               validate: Callable[[Path], bool] | None) -> Path | None:
+               validate: Callable[[Path], bool] | None,
+               provenance: Mapping[str, FieldValue] | None = None) -> Path | None:
         """Accept the artifact a dead attempt produced but never accepted, if intact."""
         path = Path(step.artifact or "")
         if not path.is_file() or sha256_file(path) != step.checksum:
@@ -780,7 +786,7 @@ class Run:
             return None
         skey = self._step_key(name, item)
         self._move(skey, _S.DONE, name=name, item=item, expect=[step.state],
-                   evidence=step.checksum, outcome_state=_O.GENERATED,
+                   evidence=Evidence(step.checksum or "", provenance), outcome_state=_O.GENERATED,
                    reason=f"adopted from attempt {step.attempt_id}")
         self._log(skey, "generate", "adopted", artifact=str(path))
         return path

@@ -24,6 +24,8 @@ __all__ = [
     "HOME",
     "JOB",
     "LEDGER",
+    "MODEL",
+    "MODEL_VERSION",
     "OUTCOME_KEY",
     "OUTPUT",
     "STEP_KEY",
@@ -58,6 +60,10 @@ OUTPUT = "RETRYSAFE_OUTPUT"
 """Where a generate command writes its artifact."""
 EVIDENCE = "RETRYSAFE_EVIDENCE"
 """The recorded evidence, for a step's ``--check`` run by ``retrysafe verify``."""
+MODEL = "RETRYSAFE_MODEL"
+"""The model a ``retrysafe generate`` declares (its ``--model``), recorded with the artifact."""
+MODEL_VERSION = "RETRYSAFE_MODEL_VERSION"
+"""The model version a ``retrysafe generate`` declares (its ``--model-version``)."""
 
 # --- drills and tests ---
 CRASH_AT = "RETRYSAFE_CRASH_AT"

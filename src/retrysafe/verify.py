@@ -3,7 +3,8 @@
 For a ``done`` outcome every recorded step is checked again: generated
 artifacts against their checksums, effects through their stored ``--check``
 command or their connector's ``verify``, plus the job's expected artifacts and
-acceptance commands, run in the accepted attempt's folder.
+acceptance checks, run in the accepted attempt's folder. A generate step that
+declared its prompt file has it re-checked against the recorded checksum.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from typing import TYPE_CHECKING
 
 from . import envvars
 from .connectors import build_connector
+from .evidence import fields_of
 from .folders import AttemptFolder
 from .fsio import sha256_file
+from .provenance import prompt_change
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -62,6 +65,14 @@ def verify_outcome(engine: Engine, key: str) -> list[Check]:
                 checks.append(Check(subject, False, f"artifact {path} changed (recorded {step.checksum})"))
             else:
                 checks.append(Check(subject, True, f"artifact {path.name} matches {step.checksum}"))
+            fields = fields_of(step.evidence)
+            if "prompt" in fields:
+                changed = prompt_change(fields)
+                checks.append(Check(f"{subject} prompt", changed is None, changed or
+                                    f"prompt {fields['prompt']} matches {fields['prompt_sha256']}"
+                                    + (f" (model {fields['model']}" if "model" in fields else "")
+                                    + (f" {fields['model_version']}" if "model_version" in fields else "")
+                                    + (")" if "model" in fields else "")))
         elif step.check:
             proc = subprocess.run(["/bin/sh", "-c", step.check],
                                   env={**env, envvars.STEP_KEY: step.step_key,

@@ -424,11 +424,16 @@ def step(name: str, effect_class: str | None, item: str | None, check: str | Non
               help="Kill CMD's (or --validate's) process group after this long: the step "
               "fails. Default: the job's step_timeout (check_timeout for --validate).")
 @click.option("--attempt", "attempt_id", metavar="ID", help="Attempt id (default: $RETRYSAFE_ATTEMPT_ID).")
+@click.option("--prompt", metavar="FILE", help="The prompt file given to CMD: its checksum (and a copy) "
+              "are kept with the artifact.")
+@click.option("--model", metavar="NAME", help="The model CMD calls (default: $RETRYSAFE_MODEL).")
+@click.option("--model-version", metavar="VERSION",
+              help="The model's version (default: $RETRYSAFE_MODEL_VERSION).")
 @json_option
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def generate(name: str, output: str | None, validate: str | None, item: str | None,
-             timeout: float | None, attempt_id: str | None, as_json: bool,
-             cmd: tuple[str, ...]) -> None:
+             timeout: float | None, attempt_id: str | None, prompt: str | None, model: str | None,
+             model_version: str | None, as_json: bool, cmd: tuple[str, ...]) -> None:
     """Produce an artifact once (CMD writes $RETRYSAFE_OUTPUT) and print its path.
 
     \b
@@ -475,8 +480,13 @@ def generate(name: str, output: str | None, validate: str | None, item: str | No
                          what="validate command")
         return rc == 0
 
+    provenance = None
+    if accepted is None or accepted.state != StepState.DONE:
+        from ..provenance import declared_inputs  # the declared inputs, before CMD runs
+
+        provenance = declared_inputs(prompt, model, model_version, os.environ, run.dir, name)
     path = run.generate(name, produce, filename=output, item=item,
-                        validate=check_valid if validate else None)
+                        validate=check_valid if validate else None, provenance=provenance)
     if as_json:
         emit_json({"key": run.key, "step": name, "item": item, "step_key": skey,
                    "state": StepState.DONE.value, "path": str(path), "attempt": run.number})
