@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from support import Home
@@ -94,3 +95,65 @@ def test_missed_lists_only_what_openclaw_fires_on_dst_days(
     done = home.run("missed", "dst", "--since", since, "--until", until, "--json")
     assert done.returncode == 0, done.stderr
     assert [r["occurrence"] for r in json.loads(done.stdout)] == expected
+
+
+def test_run_finishes_what_never_ran_or_failed_oldest_first_once(weekly: Home, tmp_path) -> None:
+    """--run runs each missing or failed occurrence under its own key, oldest first, skips the
+    done one, and a second --run finds nothing left to do."""
+    log = tmp_path / "ran.log"
+    record = ["sh", "-c", f'echo "$RETRYSAFE_OUTCOME_KEY" >> {log}']
+    assert weekly.run("run", "weekly", "-p", "occurrence=2026-11-09", "--", "true").returncode == 0
+    failed = weekly.run("run", "weekly", "-p", "occurrence=2026-11-16", "--", "false")
+    assert failed.returncode == 1
+    done = weekly.run("missed", "weekly", "--since", "2026-11-01", "--until", "2026-11-23",
+                      "--run", "--", *record)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert log.read_text().splitlines() == [
+        "weekly:2026-11-02T0700", "weekly:2026-11-16T0700", "weekly:2026-11-23T0700",
+    ]
+    assert done.stdout.splitlines()[-1] == (
+        "missed --run: 3 run, 3 done, 0 blocked, 0 not done, 0 busy elsewhere"
+    )
+    again = weekly.run("missed", "weekly", "--since", "2026-11-01", "--until", "2026-11-23",
+                       "--run", "--", *record)
+    assert again.returncode == 0, again.stderr
+    assert len(log.read_text().splitlines()) == 3
+    listed = weekly.run("missed", "weekly", "--since", "2026-11-01", "--until", "2026-11-23", "--json")
+    assert json.loads(listed.stdout) == []
+
+
+def test_run_leaves_blocked_ones_to_a_person_and_says_so(weekly: Home) -> None:
+    """A blocked occurrence is not run; the exit is 3 and the line names it."""
+    blocked = weekly.run("run", "weekly", "-p", "occurrence=2026-11-02", "--", "sh", "-c",
+                         f'{sys.executable} -m retrysafe step pay --class payment -- true')
+    assert blocked.returncode == 3, blocked.stdout + blocked.stderr
+    done = weekly.run("missed", "weekly", "--since", "2026-11-01", "--until", "2026-11-03",
+                      "--run", "--", "true")
+    assert done.returncode == 3
+    assert "blocked: weekly:2026-11-02T0700 waits for a person" in done.stderr
+    assert "0 run" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--run"], "--run needs the command"),
+        (["--", "true"], "unexpected argument 'true'"),
+        (["--run", "--json", "--", "true"], "cannot be combined"),
+        (["--since", "yesterday"], "not a date"),
+    ],
+)
+def test_run_usage_errors(weekly: Home, args: list[str], message: str) -> None:
+    """Misused --run (or a bad --since) is one line and exit 2, and runs nothing."""
+    since = [] if "--since" in args else ["--since", "2026-11-01"]
+    done = weekly.run("missed", "weekly", *since, *args)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_since_accepts_an_age_back_from_now(weekly: Home) -> None:
+    """--since 15d covers the last two Mondays (a cron recipe needs no date)."""
+    done = weekly.run("missed", "weekly", "--since", "15d", "--json")
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(done.stdout)) in (2, 3)

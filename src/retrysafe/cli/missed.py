@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import sys
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import click
 
-from ..errors import EXIT_FAILED, ConfigError, InvalidInput
+from ..ages import parse_age
+from ..errors import EXIT_BLOCKED, EXIT_BUSY, EXIT_DONE, EXIT_FAILED, ConfigError, InvalidInput
 from ..keys import parse_assignments
 from ..schedule import Schedule
 from ._common import emit_json, json_option, params_option, state, table
@@ -17,32 +22,44 @@ __all__ = ["missed"]
 
 #: states of an occurrence that is not missed: done, or still in progress
 _NOT_MISSED = frozenset({"done", "running", "generated", "delivered"})
+#: states --run finishes: never ran, or ended without the work done and no human needed
+_RUNNABLE = frozenset({"missing", "planned", "failed", "unknown", "settled"})
+_RELATIVE = re.compile(r"^\d+[smhdw]$")
 
 
 def _instant(text: str, schedule: Schedule, what: str) -> datetime:
-    """A date (midnight in the job's zone) or a date-time; naive ones in the job's zone."""
+    """A date (midnight in the job's zone), a date-time (naive: in the job's zone), or an
+    age back from now (``30d``, ``12h``)."""
+    if _RELATIVE.match(text.strip()):
+        return datetime.now(UTC) - timedelta(seconds=parse_age(text.strip(), what))
     try:
         if len(text) == 10:
             day = date.fromisoformat(text)
             return datetime(day.year, day.month, day.day, tzinfo=schedule.zone)
         value = datetime.fromisoformat(text)
     except ValueError:
-        raise InvalidInput(f"{what} {text!r} is not a date (YYYY-MM-DD) or date-time") from None
+        raise InvalidInput(
+            f"{what} {text!r} is not a date (YYYY-MM-DD), a date-time or an age (30d)"
+        ) from None
     return value if value.tzinfo else value.replace(tzinfo=schedule.zone)
 
 
-@click.command()
+@click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("job_name", metavar="JOB")
-@click.option("--since", required=True, metavar="DATE", help="First day to look at (job's zone).")
+@click.option("--since", required=True, metavar="DATE",
+              help="First day to look at (job's zone), or an age back from now (30d).")
 @click.option("--until", metavar="DATE", help="Last instant to look at (default: now).")
 @params_option("The job's other parameters, if it has any besides the occurrence.")
 @click.option("--all", "show_all", is_flag=True, help="List done occurrences too.")
 @click.option("--fail-if-missing", is_flag=True,
               help="Exit 1 when an occurrence is missed (for monitoring); default: exit 0.")
+@click.option("--run", "run_them", is_flag=True,
+              help="Run CMD for each occurrence that never ran or ended failed/unknown, oldest first.")
 @json_option
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def missed(
     job_name: str, since: str, until: str | None, params: tuple[str, ...], show_all: bool,
-    fail_if_missing: bool, as_json: bool
+    fail_if_missing: bool, run_them: bool, as_json: bool, cmd: tuple[str, ...]
 ) -> None:
     """List the scheduled occurrences of JOB since DATE that are not done.
 
@@ -51,11 +68,25 @@ def missed(
     With --fail-if-missing, exit 1 when an occurrence never ran or did not
     get done (one still in progress does not count).
 
+    With --run, 'retrysafe run' finishes each occurrence that never ran or
+    ended failed or unknown, oldest first, each under its own key (blocked
+    ones wait for a person; a live run elsewhere is left alone). Exit 0 when
+    every one is done, 3 when one is blocked, 1 otherwise.
+
     \b
     Example:
       retrysafe missed weekly-ops-report --since 2026-11-01
       retrysafe run weekly-ops-report -p occurrence=2026-11-09T0700 -- ./send-report.sh
+      retrysafe missed weekly-ops-report --since 30d --run -- ./send-report.sh
     """
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if run_them and not cmd:
+        raise click.UsageError("--run needs the command to run after '--'")
+    if cmd and not run_them:
+        raise click.UsageError(f"unexpected argument {cmd[0]!r} (to run the missed ones: --run -- CMD)")
+    if run_them and as_json:
+        raise click.UsageError("--run and --json cannot be combined")
     engine = state().engine
     job = engine.config.job(job_name)
     occurrence_params = [n for n, t in job.params.items() if t == "occurrence"]
@@ -86,6 +117,8 @@ def missed(
     if as_json:
         emit_json(rows)
         sys.exit(code)
+    if run_them:
+        sys.exit(_run_missed(engine.home, job_name, given, name, rows, cmd))
     if not rows:
         click.echo(f"nothing missed: every occurrence of {job_name} since {since} is done")
         return
@@ -98,3 +131,43 @@ def missed(
         occurrence = quote(f"{name}={first['occurrence']}")
         click.echo(f"backfill: retrysafe run {quote(job_name)}{extra} -p {occurrence} -- CMD")
     sys.exit(code)
+
+
+def _run_missed(
+    home: Path, job_name: str, given: dict[str, str], name: str,
+    rows: list[dict[str, Any]], cmd: tuple[str, ...],
+) -> int:
+    """Run CMD for each runnable row, oldest first, through this retrysafe; the exit code."""
+    from .openclaw import _bin_dir, _retrysafe_argv
+
+    todo = [r for r in rows if r["state"] in _RUNNABLE]
+    waiting = [r for r in rows if r["state"] == "blocked"]
+    env = dict(os.environ)
+    bin_dir = _bin_dir()
+    if bin_dir is not None:  # nested 'retrysafe step' calls find this installation
+        env["PATH"] = os.pathsep.join([str(bin_dir), env.get("PATH", "")])
+    extra = [a for k, v in given.items() for a in ("-p", f"{k}={v}")]
+    counts = {"done": 0, "blocked": 0, "busy": 0, "not done": 0}
+    for row in todo:
+        click.echo(f"run: {row['key']} ({row['state']})", err=True)
+        sys.stdout.flush()
+        argv = [*_retrysafe_argv(), "--home", str(home.resolve()), "run", job_name, *extra,
+                "-p", f"{name}={row['occurrence']}", "--", *cmd]
+        code = subprocess.run(argv, env=env, check=False).returncode
+        if code == EXIT_DONE:
+            counts["done"] += 1
+        elif code == EXIT_BLOCKED:
+            counts["blocked"] += 1
+        elif code == EXIT_BUSY:
+            counts["busy"] += 1  # another live run is doing it; not ours to repeat
+        else:
+            counts["not done"] += 1
+    for row in waiting:
+        click.echo(f"blocked: {row['key']} waits for a person: retrysafe status {row['key']}", err=True)
+    click.echo(
+        f"missed --run: {len(todo)} run, {counts['done']} done, {counts['blocked'] + len(waiting)} "
+        f"blocked, {counts['not done']} not done, {counts['busy']} busy elsewhere"
+    )
+    if counts["blocked"] or waiting:
+        return EXIT_BLOCKED
+    return EXIT_FAILED if counts["not done"] else EXIT_DONE
