@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -11,7 +11,24 @@ from ..errors import EXIT_FAILED, ConfigError
 from ..timefmt import when
 from ._common import emit_json, json_option, state, table
 
+if TYPE_CHECKING:
+    from ..ledger.notifications import Notifications
+
 __all__ = ["notify"]
+
+
+def _store() -> Notifications | None:
+    """The ledger's notifications; ``None`` when there is no ledger yet (a SQLite
+    file not created): nothing was ever recorded, and nothing is created here."""
+    from pathlib import Path
+
+    from ..ledger.notifications import Notifications
+
+    engine = state().engine
+    url = engine.config.settings.ledger_url
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
+        return None
+    return Notifications(engine.existing_ledger().backend)
 
 
 @click.group()
@@ -87,13 +104,12 @@ def flush(retry_failed: bool, as_json: bool) -> None:
     Example:
       retrysafe notify flush
     """
-    from ..ledger.notifications import Notifications
+    from ..notify.outbox import FlushResult, plans_of
     from ..notify.outbox import flush as send_due
-    from ..notify.outbox import plans_of
 
-    engine = state().engine
-    store = Notifications(engine.existing_ledger().backend)
-    result = send_due(store, plans_of(engine.config), failed=retry_failed, quiet=as_json)
+    store = _store()
+    result = (send_due(store, plans_of(state().engine.config), failed=retry_failed, quiet=as_json)
+              if store is not None else FlushResult())
     left = len(result.pending) + len(result.failed)
     if as_json:
         emit_json({"sent": [r.to_json() for r in result.sent],
@@ -121,10 +137,8 @@ def ls(states: tuple[str, ...], key: str | None, limit: int, as_json: bool) -> N
     Example:
       retrysafe notify ls --state pending --state failed
     """
-    from ..ledger.notifications import Notifications
-
-    store = Notifications(state().engine.existing_ledger().backend)
-    rows = store.listing(states=states, key=key, limit=limit)
+    store = _store()
+    rows = store.listing(states=states, key=key, limit=limit) if store is not None else []
     if as_json:
         emit_json([r.to_json() for r in rows])
         return
