@@ -1,7 +1,8 @@
 """Portable liveness and start-up: what runs on macOS runs here with ``/proc`` set aside.
 
 The psutil paths of :mod:`retrysafe.process` are exercised by real runs under a
-launcher that makes Python report ``darwin`` and refuses ``fcntl`` (psutil is
+launcher that makes Python report ``darwin`` and refuses ``fcntl`` (the modules
+that pick their platform code on import, psutil and urllib.request, are
 imported first, for this machine). The Linux path keeps the start-time form
 earlier versions recorded, which must still compare.
 """
@@ -32,6 +33,7 @@ LINUX_ONLY = {"fcntl", "termios", "pwd", "grp", "resource", "posix", "spwd", "cr
 LAUNCHER = '''\
 import sys
 import sysconfig
+import urllib.request  # noqa: F401 - would look for macOS's _scproxy
 import psutil  # noqa: F401 - for this machine, before Python claims to be macOS
 sysconfig.get_config_vars()  # read for this machine too
 sys.platform = "darwin"
@@ -68,7 +70,7 @@ def test_every_module_and_command_loads_as_on_macos(as_macos: list[str], tmp_pat
     imports and every command's help prints."""
     script = tmp_path / "import_all.py"
     script.write_text(textwrap.dedent('''\
-        import importlib, pkgutil, sys, sysconfig
+        import importlib, pkgutil, sys, sysconfig, urllib.request
         import psutil
         sysconfig.get_config_vars()
         sys.platform = "darwin"
