@@ -147,3 +147,21 @@ def test_doctor_reports_a_broken_config_with_exit_1(home: Home) -> None:
     assert report["config"] == str(home.path / "retrysafe.toml")
     text = home.run("doctor")
     assert text.returncode == 1 and "config_error" in text.stdout
+
+
+def test_doctor_on_a_mistyped_home_reports_it_and_creates_nothing(tmp_path: Path) -> None:
+    """doctor reads: a home that does not exist is reported (is --home right?), never
+    created; an existing home whose first run has not happened yet is fine."""
+    from support import Home
+
+    missing = Home(tmp_path / "typo")
+    proc = missing.run("doctor", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["home_exists"] is False and "is --home right?" in report["home_state"]
+    assert not missing.path.exists()
+    fresh = Home(tmp_path / "fresh")
+    fresh.path.mkdir()
+    ok = fresh.run("doctor", "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["ok"] is True
+    assert sorted(p.name for p in fresh.path.iterdir()) == []

@@ -81,13 +81,22 @@ def doctor(as_json: bool) -> None:
     }
     ok = True
     report["ledger"] = display_url(settings.ledger_url)
-    try:
-        ledger = engine.ledger
-        report.update({"ledger": ledger.url, "schema_version": ledger.schema_version(),
-                       "code_schema_version": SCHEMA_VERSION, **ledger.backend.health()})
-    except Exception as exc:  # noqa: BLE001 - doctor reports, it does not crash
-        ok = False
-        report["ledger_error"] = _scrubbed(str(exc), settings.ledger_url)
+    # doctor reads: a mistyped home is reported, never created
+    report["home_exists"] = settings.home.is_dir()
+    sqlite_file = (Path(settings.ledger_url.removeprefix("sqlite:///"))
+                   if settings.ledger_url.startswith("sqlite:///") else None)
+    if not report["home_exists"]:
+        report["home_state"] = "does not exist yet: the first run creates it (is --home right?)"
+    if sqlite_file is not None and not sqlite_file.exists():
+        report["ledger_state"] = "not created yet: the first run creates it"
+    else:
+        try:
+            ledger = engine.existing_ledger()
+            report.update({"ledger": ledger.url, "schema_version": ledger.schema_version(),
+                           "code_schema_version": SCHEMA_VERSION, **ledger.backend.health()})
+        except Exception as exc:  # noqa: BLE001 - doctor reports, it does not crash
+            ok = False
+            report["ledger_error"] = _scrubbed(str(exc), settings.ledger_url)
     report["ok"] = ok
     if as_json:
         emit_json(report)
