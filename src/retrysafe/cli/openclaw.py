@@ -313,3 +313,73 @@ def install_plugin(link: bool, yes: bool, openclaw_bin: str | None) -> None:
     if done.returncode != 0:
         raise click.ClickException(f"{shlex.join(argv)} exited {done.returncode}")
     click.echo("then configure it: plugins.entries.retrysafe.config (docs/openclaw.md)")
+
+
+@openclaw.command("doctor")
+@click.option(
+    "--openclaw",
+    "openclaw_bin",
+    metavar="PATH",
+    help="The openclaw executable, to list cron jobs through the gateway (default: on PATH).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="OpenClaw's config (default: $OPENCLAW_CONFIG_PATH, else openclaw.json in its state folder).",
+)
+def doctor(openclaw_bin: str | None, config_path: Path | None) -> None:
+    """Check what command jobs and agents need, one line per check with its fix.
+
+    Checks that a command job's 'sh -lc' (PATH reset) finds this retrysafe or
+    names it by absolute path, that OpenClaw's command jobs calling retrysafe
+    use this home and a --command-cwd, and that the guard plugin is installed,
+    enabled, names an executable retrysafe and this home (which it hands to
+    agents' exec shells) and may close an agent run's attempt. Exit 1 when a
+    check fails.
+
+    \b
+    Example:
+      retrysafe --home /srv/retrysafe openclaw doctor
+    """
+    import json
+    import subprocess
+
+    from ..openclaw.doctor import (
+        Check,
+        check_cron_jobs,
+        check_plugin,
+        check_sh_lc,
+        read_openclaw_config,
+    )
+
+    engine = state().engine
+    home = engine.home.resolve()
+    checks: list[Check] = [check_sh_lc(_retrysafe_argv()[0])]
+    found = openclaw_bin or shutil.which("openclaw")
+    if found is None:
+        checks.append(Check("warn", "cron jobs", "not checked: 'openclaw' is not on PATH",
+                            "pass --openclaw PATH"))
+    else:
+        listed = subprocess.run([found, "cron", "list", "--all", "--json"], capture_output=True,
+                                text=True, timeout=120, check=False)
+        try:
+            start = min(i for i in (listed.stdout.find("{"), listed.stdout.find("[")) if i >= 0)
+            checks.extend(check_cron_jobs(json.loads(listed.stdout[start:]), home))
+        except ValueError:
+            reason = (listed.stderr.strip().splitlines() or [f"exit {listed.returncode}"])[-1]
+            checks.append(Check("warn", "cron jobs", f"not checked: openclaw cron list: {reason[:200]}",
+                                "start the gateway, or check its port and token"))
+    where, doc, problem = read_openclaw_config(config_path)
+    plugin = list(check_plugin(doc, where, problem, home, engine.config.jobs))
+    checks.extend(plugin)
+    if any(c.name == "plugin home" and c.status == "ok" for c in plugin):
+        checks.append(Check("ok", "agent home", f"the plugin gives agents' exec RETRYSAFE_HOME={home}"))
+    else:
+        checks.append(Check("warn", "agent home", "agents' exec shells get no RETRYSAFE_HOME from the "
+                            "plugin, so the skill uses the gateway user's default home",
+                            f"set plugins.entries.retrysafe.config.home to {home}"))
+    for check in checks:
+        click.echo(check.line())
+    sys.exit(EXIT_FAILED if any(c.status == "FAIL" for c in checks) else EXIT_DONE)
