@@ -35,7 +35,49 @@ from .evidence import fields_of
 if TYPE_CHECKING:
     from .ledger import StepRecord
 
-__all__ = ["UrlCheck", "parse_accept"]
+__all__ = ["DEFAULT_CHECK_TIMEOUT", "ShellResult", "UrlCheck", "parse_accept", "run_shell_check"]
+
+DEFAULT_CHECK_TIMEOUT = 600.0
+"""Seconds an acceptance or verify command may take when the job sets no ``check_timeout``."""
+
+
+@dataclass(frozen=True)
+class ShellResult:
+    """How a check command ended: its exit status (``None``: it timed out) and the
+    last line it printed (stderr first), decoded whatever its bytes."""
+
+    returncode: int | None
+    tail: str
+
+
+def run_shell_check(cmd: str, env: Mapping[str, str], *, cwd: Any = None,
+                    timeout: float | None = None) -> ShellResult:
+    """Run a check command (``/bin/sh -c``) in a process group of its own; past
+    ``timeout`` (default :data:`DEFAULT_CHECK_TIMEOUT`) the whole group is killed.
+    Its output is read as bytes: text that is not UTF-8 never makes a check fail
+    or raise; only the exit status decides."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(["/bin/sh", "-c", cmd], cwd=cwd, env=dict(env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=DEFAULT_CHECK_TIMEOUT if timeout is None else timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return ShellResult(None, "")
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    lines = (err or out).decode("utf-8", "replace").strip().splitlines()
+    return ShellResult(proc.returncode, lines[-1] if lines else "")
 
 _FIELDS = frozenset({"url", "status", "contains", "match", "within", "timeout"})
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")

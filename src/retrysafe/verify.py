@@ -10,12 +10,12 @@ declared its prompt file has it re-checked against the recorded checksum.
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import envvars
+from .checks import run_shell_check
 from .connectors import build_connector
 from .evidence import fields_of
 from .folders import AttemptFolder
@@ -74,13 +74,13 @@ def verify_outcome(engine: Engine, key: str) -> list[Check]:
                                     + (f" {fields['model_version']}" if "model_version" in fields else "")
                                     + (")" if "model" in fields else "")))
         elif step.check:
-            proc = subprocess.run(["/bin/sh", "-c", step.check],
-                                  env={**env, envvars.STEP_KEY: step.step_key,
-                                       envvars.EVIDENCE: step.evidence or ""},
-                                  capture_output=True, text=True, check=False)
-            checks.append(Check(subject, proc.returncode == 0,
-                                "check found the effect" if proc.returncode == 0
-                                else f"check exited {proc.returncode}: effect not found"))
+            got = run_shell_check(step.check, {**env, envvars.STEP_KEY: step.step_key,
+                                               envvars.EVIDENCE: step.evidence or ""},
+                                  timeout=job.check_timeout if job else None)
+            checks.append(Check(subject, got.returncode == 0,
+                                "check found the effect" if got.returncode == 0
+                                else "check did not finish in time" if got.returncode is None
+                                else f"check exited {got.returncode}: effect not found"))
         elif step.connector and step.connector in engine.config.connectors:
             conn = build_connector(step.connector, engine.config.connector_table(step.connector))
             try:
