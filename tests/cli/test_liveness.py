@@ -73,6 +73,7 @@ def test_killing_only_the_run_process_leaves_no_duplicate(home: Home, tmp_path: 
     what still runs, even past the lease; once they end, the re-run closes the
     outcome with the one effect."""
     args, env = _setup(home, tmp_path)
+    env["EFFECT_SLEEP"] = "10"  # still at work when the re-run asks, on a loaded machine too
     first = home.popen(*args, env=env)
     _wait_for(tmp_path / "started", first)
     os.kill(first.pid, signal.SIGKILL)
