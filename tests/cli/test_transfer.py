@@ -13,6 +13,13 @@ from support import Home
 
 RS = f"{sys.executable} -m retrysafe"
 CONFIG = """
+[notify]
+timeout = 1
+
+[notify.channels.ops]
+type = "webhook"
+url = "http://127.0.0.1:9/nobody-listens"
+
 [jobs.pay]
 key = "pay:{n}"
 params = { n = "int" }
@@ -30,7 +37,8 @@ def rows(url: str) -> dict[str, list[dict[str, Any]]]:
 
 
 def filled(home: Home) -> Home:
-    """A ledger with a done outcome, a blocked one (approval), a per-item step, a failed retry."""
+    """A ledger with a done outcome, a blocked one (approval), a per-item step, a failed retry,
+    and the notifications of the blocked and failed ones (pending: nobody listens)."""
     home.path.mkdir(parents=True, exist_ok=True)
     home.config(CONFIG)
     script = (f"{RS} step post --class message -- echo post-1 && "

@@ -2,7 +2,7 @@
 
 The file (``retrysafe export``) starts with a header line naming the schema
 version, then one line per row, each ``{"table": NAME, "row": {COLUMN: VALUE}}``:
-outcomes, attempts, steps, history, in that order. Rows are the tables' own
+outcomes, attempts, steps, history, notifications, in that order. Rows are the tables' own
 columns, so nothing is lost or reinterpreted on the way. ``retrysafe prune
 --export`` appends the rows it removes in the same form (a header per batch),
 so a pruned outcome can be imported back.
@@ -51,9 +51,13 @@ TABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
         ("id", "outcome_key", "step_key", "at", "attempt_id", "fence", "actor", "kind",
          "from_state", "to_state", "reason"),
         "id", "id"),
+    "rs_notifications": (
+        ("id", "outcome_key", "job", "event_id", "event", "channel", "state", "tries",
+         "last_error", "body", "claimed_until", "created_at", "updated_at", "sent_at"),
+        "id", "id"),
 }
 _OUTCOME_COLUMN = {"rs_outcomes": "key", "rs_attempts": "outcome_key", "rs_steps": "outcome_key",
-                   "rs_events": "outcome_key"}
+                   "rs_events": "outcome_key", "rs_notifications": "outcome_key"}
 
 
 class Loaded(NamedTuple):
@@ -208,6 +212,19 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
         if keep_ids and rows["rs_events"] and backend.name == "postgresql":
             tx.rows("SELECT setval(pg_get_serial_sequence('rs_events', 'id'),"
                     " (SELECT MAX(id) FROM rs_events))")
+        # notifications name the history row of their transition: they travel with a
+        # whole ledger; merged into another one, whose history ids differ, they stay behind
+        if keep_ids:
+            columns = TABLES["rs_notifications"][0]
+            sql = (f"INSERT INTO rs_notifications ({', '.join(columns)})"
+                   f" VALUES ({', '.join('?' * len(columns))})")
+            for row in rows["rs_notifications"]:
+                tx.run(sql, tuple(row[c] for c in columns))
+            if rows["rs_notifications"] and backend.name == "postgresql":
+                tx.rows("SELECT setval(pg_get_serial_sequence('rs_notifications', 'id'),"
+                        " (SELECT MAX(id) FROM rs_notifications))")
+        else:
+            rows["rs_notifications"] = []
         if not merge and identity is not None:
             tx.run("DELETE FROM rs_meta WHERE name = 'identity'")
             tx.run("INSERT INTO rs_meta (name, value) VALUES ('identity', ?)", (identity,))
