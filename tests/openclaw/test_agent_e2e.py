@@ -126,6 +126,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentWorld]:
             "twice": [send, send],
             "again": [send],
             "pay": [Call("exec", {"command": f"{bin_dir / 'pay.sh'} invoice 17 EUR 120"})],
+            "home": [Call("exec", {"command": 'echo "home=$RETRYSAFE_HOME"'})],
         }
     )
     server, port = serve(model)
@@ -218,6 +219,17 @@ def test_payment_waits_for_a_person_and_unanswered_is_blocked(world: AgentWorld)
     ledger = world.outcome(key)
     assert ledger["steps"]["charge"][0] == "blocked" and ledger["steps"]["charge"][2] == "approval"
     assert ledger["state"] == "blocked", (ledger, run)
+
+
+def test_agent_exec_sees_the_plugins_home(world: AgentWorld) -> None:
+    """The gateway has no RETRYSAFE_HOME; the plugin hands its home to every agent exec
+    (resolve_exec_env), so the skill's commands use the ledger the guard uses."""
+    assert "RETRYSAFE_HOME" not in world.gateway.env
+    job = world.add_agent_job("where", "Which ledger? [script:home]", "agent-report")
+    run = world.run_turn(job, 1)
+    assert run["status"] == "ok", run
+    (result,) = world.model.tool_results("home")
+    assert result.strip() == f"home={world.home}", result
 
 
 def _keys(home: Path) -> list[str]:

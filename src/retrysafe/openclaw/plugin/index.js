@@ -12,5 +12,9 @@ export default {
     api.on("before_tool_call", (event, ctx) => guard.before(event, ctx ?? {}), { priority: 100 });
     api.on("after_tool_call", (event, ctx) => guard.after(event, ctx ?? {}));
     api.on("agent_end", (event, ctx) => guard.end(event, ctx ?? {}));
+    // An agent's exec shell has no RETRYSAFE_HOME of its own: give it this
+    // plugin's home, so the skill's commands and the guard use one ledger.
+    const home = config.home;
+    api.on("resolve_exec_env", () => (home ? { RETRYSAFE_HOME: String(home) } : {}));
   },
 };
