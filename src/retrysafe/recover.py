@@ -122,28 +122,33 @@ def _outcome(folder: Path, skipped: list[str]) -> RecoveredOutcome | None:
     key = summary.get("outcome_key") or next(
         (s["outcome_key"] for s in statuses.values() if isinstance(s.get("outcome_key"), str)), None)
     if not isinstance(key, str) or not key:
-        if "~" in folder.name:
+        try:
+            key = None if "~" in folder.name else unslug(folder.name)
+        except (ValueError, UnicodeDecodeError):
+            key = None
+        if not key:
             skipped.append(f"{folder}: no summary.json or status.json names its outcome")
             return None
-        key = unslug(folder.name)
     job = summary.get("job") if isinstance(summary.get("job"), str) else folder.parent.name
     attempts = []
     for n, _ in numbered:
         status = statuses[n]
         attempt_id = status.get("attempt_id")
+        at = status.get("updated_at")
         attempts.append((n, attempt_id if isinstance(attempt_id, str) and attempt_id
                          else f"recovered-{n}-{key}", str(status.get("state") or ""),
-                         float(status.get("updated_at") or 0.0)))
+                         float(at) if isinstance(at, int | float) else 0.0))
     out = RecoveredOutcome(key=key, job=str(job), state=OutcomeState.UNKNOWN.value, folder=folder,
                            reason="", attempts=attempts, accepted=None,
                            fence=max((n for n, _ in numbered), default=0))
     for _, path in numbered:
         for rec in _log_lines(path / "log.jsonl"):
-            _apply(out, rec, path)
+            _apply(out, rec)
             fence = rec.get("fence")
             if isinstance(fence, int):
                 out.fence = max(out.fence, fence)
-    for skey, seen in (summary.get("steps") or {}).items():
+    listed = summary.get("steps")
+    for skey, seen in (listed if isinstance(listed, dict) else {}).items():
         parts = _step_part(key, str(skey)) if isinstance(seen, dict) else None
         if parts is None or seen.get("state") != StepState.DONE or not seen.get("evidence"):
             continue
@@ -168,7 +173,7 @@ def _outcome(folder: Path, skipped: list[str]) -> RecoveredOutcome | None:
     return out
 
 
-def _apply(out: RecoveredOutcome, rec: dict[str, Any], attempt_dir: Path) -> None:
+def _apply(out: RecoveredOutcome, rec: dict[str, Any]) -> None:
     skey, action, result = rec.get("step_key"), rec.get("action"), rec.get("result")
     if not isinstance(skey, str) or skey == out.key:
         return

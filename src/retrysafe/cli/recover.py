@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..errors import InvalidInput
 from ._common import emit_json, json_option, state
 
 
@@ -33,6 +34,9 @@ def recover(dry_run: bool, adopt: bool, as_json: bool) -> None:
 
     engine = state().engine
     settings = engine.config.settings
+    if not adopt and not (engine.home / "runs").is_dir():
+        raise InvalidInput(f"nothing to recover: {engine.home / 'runs'} does not exist "
+                           "(is --home right?)")
     if settings.ledger_url.startswith("sqlite:") and not dry_run:
         ensure_home(engine.home)
     recovered = None if adopt else read_home(engine.home)
