@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -137,16 +135,15 @@ class UrlCheck:
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
     def _once(self, url: str) -> str | None:
-        request = urllib.request.Request(url, headers={"User-Agent": "retrysafe-accept"})
+        import httpx  # imported on use: most runs have no URL check
+
         try:
             # http(s) only: checked once the URL is filled in
-            with urllib.request.urlopen(request, timeout=self.timeout) as resp:  # noqa: S310
-                status, body = resp.status, resp.read()
-        except urllib.error.HTTPError as exc:
-            status, body = exc.code, exc.read()
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            return f"acceptance URL {url} did not answer: {reason}"
+            resp = httpx.get(url, headers={"User-Agent": "retrysafe-accept"},
+                             timeout=self.timeout, follow_redirects=True)
+            status, body = resp.status_code, resp.content
+        except httpx.HTTPError as exc:
+            return f"acceptance URL {url} did not answer: {exc or type(exc).__name__}"
         text = body.decode("utf-8", errors="replace")
         shown = " ".join(text.split())[:_SHOWN_BODY]
         if status != self.status:
