@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidInput, command_line, unblock_command
 from .keys import step_ref
-from .states import BlockCause, OutcomeState
+from .states import BlockCause, OutcomeState, StepState
 
 if TYPE_CHECKING:
     from .engine import Engine
-    from .ledger.retention import OnBatch
+    from .ledger.listing import Cursor
+    from .ledger.retention import OnBatch, Waiting
 
-__all__ = ["Attention", "Pruned", "iso", "needs_attention", "prune"]
+__all__ = ["Attention", "Pruned", "attention_page", "iso", "needs_attention", "prune"]
 
 
 def iso(ts: float | None) -> str | None:
@@ -53,28 +54,53 @@ class Attention:
                 "steps": self.steps}
 
 
-def needs_attention(engine: Engine, *, drills: bool = False) -> list[Attention]:
-    """Every outcome that waits for a human, oldest first (see :meth:`Retention.needs_attention`)."""
-    from .engine import unblock_hint
+def needs_attention(engine: Engine, *, drills: bool = False, limit: int | None = None
+                    ) -> list[Attention]:
+    """Every outcome that waits for a human, oldest first (see :meth:`Retention.needs_attention`);
+    with ``limit``, the oldest ``limit`` of them."""
+    if limit is not None:
+        return attention_page(engine, drills=drills, limit=limit)[0]
+    items: list[Attention] = []
+    after: Cursor | None = None
+    while True:
+        page, after = attention_page(engine, drills=drills, after=after, limit=500)
+        items += page
+        if after is None:
+            return items
 
-    ledger = engine.existing_ledger()
-    found = []
-    for waiting in ledger.retention.needs_attention(drills=drills):
-        out = waiting.outcome
-        steps = [{"step": step_ref(out.key, s.name, s.item), "state": s.state, "cause": s.cause,
-                  "reason": s.reason} for s in waiting.steps]
-        if out.state == OutcomeState.BLOCKED:
-            hint = unblock_hint(ledger, out)
+
+def attention_page(engine: Engine, *, drills: bool = False, after: Cursor | None = None,
+                   limit: int = 50) -> tuple[list[Attention], Cursor | None]:
+    """A page of :func:`needs_attention` after ``after`` (:meth:`Retention.attention_page`),
+    and the cursor of the next page (``None``: this is the last)."""
+    page = engine.existing_ledger().retention.attention_page(after=after, limit=limit,
+                                                             drills=drills)
+    return [_attention(w) for w in page.waiting], page.next
+
+
+def _attention(waiting: Waiting) -> Attention:
+    """What a person needs about a waiting outcome, from its record and its waiting steps."""
+    out = waiting.outcome
+    steps = [{"step": step_ref(out.key, s.name, s.item), "state": s.state, "cause": s.cause,
+              "reason": s.reason} for s in waiting.steps]
+    if out.state == OutcomeState.BLOCKED:
+        # as engine.unblock_hint decides: the first blocked step's command, by its cause
+        # (the waiting steps hold every blocked one, in the same order), else retry
+        blocked = next((s for s in waiting.steps if s.state == StepState.BLOCKED), None)
+        if out.cause != BlockCause.EXHAUSTED and blocked is not None:
+            hint = unblock_command(blocked.cause or BlockCause.AGENT, out.key,
+                                   step_ref(out.key, blocked.name, blocked.item))
         else:
-            # unknown: a step that may have acted is settled by a human who looked,
-            # or by a re-run whose lookup decides
-            step = next((s for s in waiting.steps if s.state != "blocked"), None)
-            hint = (unblock_command(BlockCause.AMBIGUOUS, out.key,
-                                    step_ref(out.key, step.name, step.item))
-                    if step else command_line("status", out.key))
-        found.append(Attention(out.key, out.job, out.state, out.cause, out.reason, out.updated_at,
-                               hint, steps))
-    return found
+            hint = unblock_command(BlockCause.EXHAUSTED, out.key)
+    else:
+        # unknown: a step that may have acted is settled by a human who looked,
+        # or by a re-run whose lookup decides
+        step = next((s for s in waiting.steps if s.state != StepState.BLOCKED), None)
+        hint = (unblock_command(BlockCause.AMBIGUOUS, out.key,
+                                step_ref(out.key, step.name, step.item))
+                if step else command_line("status", out.key))
+    return Attention(out.key, out.job, out.state, out.cause, out.reason, out.updated_at,
+                     hint, steps)
 
 
 @dataclass

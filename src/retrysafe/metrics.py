@@ -37,7 +37,8 @@ class LedgerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         t0 = time.perf_counter()
         totals = Listing(self.ledger.backend).totals()
-        waiting = self.ledger.retention.needs_attention()
+        waiting = self.ledger.retention.attention_counts()
+        first = self.ledger.retention.attention_page(limit=1).waiting
 
         outcomes = GaugeMetricFamily("retrysafe_outcomes", "Outcomes in the ledger, by job and state.",
                                      labels=["job", "state"])
@@ -76,10 +77,10 @@ class LedgerCollector(Collector):
                                       "Outcomes waiting for a human (blocked, or unknown with no "
                                       "live attempt).", labels=["state"])
         for state in (OutcomeState.BLOCKED, OutcomeState.UNKNOWN):
-            attention.add_metric([state.value], sum(1 for w in waiting if w.outcome.state == state))
+            attention.add_metric([state.value], waiting[state.value])
         yield attention
 
-        oldest = min((w.outcome.updated_at for w in waiting), default=None)
+        oldest = first[0].outcome.updated_at if first else None
         yield GaugeMetricFamily(
             "retrysafe_oldest_needs_attention_age_seconds",
             "How long the oldest outcome waiting for a human has waited (0: none waits).",

@@ -15,8 +15,9 @@ from ._common import emit_json, json_option, state
 __all__ = ["needs_attention", "show"]
 
 
-def show(items: list[Attention], as_json: bool) -> None:
-    """The waiting outcomes, oldest first: one block each, or JSON."""
+def show(items: list[Attention], as_json: bool, total: int | None = None) -> None:
+    """The waiting outcomes, oldest first: one block each, or JSON. ``total``: how
+    many wait in all, when ``items`` are only the oldest of them."""
     if as_json:
         emit_json([i.to_json() for i in items])
         return
@@ -33,16 +34,19 @@ def show(items: list[Attention], as_json: bool) -> None:
                        + (f" ({s['cause']})" if s["cause"] else "")
                        + (f": {s['reason']}" if s["reason"] else ""))
         click.echo(f"  settle  {i.unblock}")
-    click.echo(f"{len(items)} outcome{'s' if len(items) != 1 else ''} need{'s' if len(items) == 1 else ''} "
-               "attention")
+    n = len(items) if total is None else max(total, len(items))
+    click.echo(f"{n} outcome{'s' if n != 1 else ''} need{'s' if n == 1 else ''} attention"
+               + (f" (the oldest {len(items)} shown)" if n > len(items) else ""))
 
 
 @click.command("needs-attention")
 @click.option("--fail-if-any", is_flag=True,
               help="Exit 1 when anything waits (for monitoring); default: exit 0.")
 @click.option("--drills", is_flag=True, help="Include drill trials (keys with ~).")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="Only the oldest N (the count printed is still of all).")
 @json_option
-def needs_attention(fail_if_any: bool, drills: bool, as_json: bool) -> None:
+def needs_attention(fail_if_any: bool, drills: bool, limit: int | None, as_json: bool) -> None:
     """List every outcome that waits for a human, oldest first, with the command that settles it.
 
     Blocked outcomes (an approval, an ambiguous lookup, the attempt limit...)
@@ -53,7 +57,11 @@ def needs_attention(fail_if_any: bool, drills: bool, as_json: bool) -> None:
     Example:
       retrysafe needs-attention --fail-if-any || notify-me
     """
-    items = find(state().engine, drills=drills)
-    show(items, as_json)
+    engine = state().engine
+    items = find(engine, drills=drills, limit=limit)
+    total = None
+    if limit is not None and len(items) == limit and not as_json:
+        total = sum(engine.existing_ledger().retention.attention_counts(drills=drills).values())
+    show(items, as_json, total)
     if fail_if_any and items:
         sys.exit(EXIT_FAILED)

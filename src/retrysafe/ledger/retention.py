@@ -17,15 +17,21 @@ from ..errors import InvalidInput
 from ..keys import DRILL_MARK
 from ..states import AttemptState, OutcomeState
 from .backend import Backend, Tx
+from .listing import Cursor
 from .records import OutcomeRecord, StepRecord, outcome_from_row, step_from_row
 
-__all__ = ["PROTECTED_STATES", "PruneResult", "Retention", "Waiting"]
+__all__ = ["PROTECTED_STATES", "AttentionPage", "PruneResult", "Retention", "Waiting"]
 
 
 PROTECTED_STATES = (OutcomeState.BLOCKED.value, OutcomeState.UNKNOWN.value)
 """Outcomes that wait for a human: never pruned."""
 
 _BATCH = 200
+_PAGE = 500
+_WAITING_STEPS = ("blocked", "unknown", "running")
+"""The steps shown with a waiting outcome."""
+_NO_LIVE_ATTEMPT = "(a.id IS NULL OR a.state <> ? OR a.lease_expires <= ?)"
+"""An unknown outcome waits for a human when no live attempt could still settle it."""
 
 OnBatch = Callable[[dict[str, list[dict[str, Any]]]], None]
 """Called with a batch's rows (by table) inside its transaction, before they are
@@ -37,6 +43,14 @@ class Waiting(NamedTuple):
 
     outcome: OutcomeRecord
     steps: list[StepRecord]
+
+
+class AttentionPage(NamedTuple):
+    """A page of what waits for a human, oldest first."""
+
+    waiting: list[Waiting]
+    next: Cursor | None
+    """the cursor of the following page (``None``: this is the last)"""
 
 
 class PruneResult(NamedTuple):
@@ -73,26 +87,82 @@ class Retention:
     def needs_attention(self, *, drills: bool = False) -> list[Waiting]:
         """Every outcome a human must settle, oldest first: ``blocked`` (any cause,
         the attempt limit included), and ``unknown`` with no live attempt that
-        could still settle it. Drill trials only with ``drills``."""
+        could still settle it. Drill trials only with ``drills``. Read in pages
+        (:meth:`attention_page`)."""
+        out: list[Waiting] = []
+        after: Cursor | None = None
+        while True:
+            page = self.attention_page(after=after, limit=_PAGE, drills=drills)
+            out += page.waiting
+            if page.next is None:
+                return out
+            after = page.next
+
+    def attention_page(self, *, after: Cursor | None = None, limit: int = 50,
+                       drills: bool = False) -> AttentionPage:
+        """A page of :meth:`needs_attention`, oldest first, starting after ``after``
+        (a keyset page: the ``(state, updated_at, key)`` index serves each state's
+        part, so every page costs what the first does), with the steps that wait."""
+        if limit < 1:
+            raise InvalidInput("the page size must be at least 1")
         with self.backend.transaction(write=False) as tx:
-            rows = tx.rows(
-                "SELECT o.* FROM rs_outcomes o LEFT JOIN rs_attempts a ON a.id = o.current_attempt"
-                " WHERE (o.state = ? OR (o.state = ? AND (a.id IS NULL OR a.state <> ?"
-                " OR a.lease_expires <= ?)))"
-                + ("" if drills else " AND o.key NOT LIKE ?")
-                + " ORDER BY o.updated_at, o.key",
-                (OutcomeState.BLOCKED.value, OutcomeState.UNKNOWN.value, AttemptState.ACTIVE.value,
-                 tx.now, *(() if drills else (f"%{DRILL_MARK}%",))),
-            )
-            out: list[Waiting] = []
-            for row in rows:
-                outcome = outcome_from_row(row)
-                steps = [step_from_row(s) for s in tx.rows(
-                    "SELECT * FROM rs_steps WHERE outcome_key = ? AND state IN (?, ?, ?)"
-                    " ORDER BY created_at, step_key",
-                    (outcome.key, "blocked", "unknown", "running"))]
-                out.append(Waiting(outcome, steps))
-            return out
+            # each state's first page from the index, merged by the database (its order
+            # of keys is the one the cursor compares with)
+            parts = [self._waiting_part(tx, state, after, limit + 1, drills)
+                     for state in (OutcomeState.BLOCKED.value, OutcomeState.UNKNOWN.value)]
+            merged = tx.rows(
+                " UNION ALL ".join(f"SELECT * FROM ({sql}) {alias}"
+                                   for (sql, _), alias in zip(parts, ("b", "u"), strict=True))
+                + f" ORDER BY updated_at, key LIMIT {int(limit) + 1}",
+                tuple(p for _, params in parts for p in params))
+            found = [outcome_from_row(r) for r in merged[:limit]]
+            steps: dict[str, list[StepRecord]] = {o.key: [] for o in found}
+            if found:
+                marks = ", ".join("?" * len(found))
+                for s in tx.rows(
+                        f"SELECT * FROM rs_steps WHERE outcome_key IN ({marks})"
+                        f" AND state IN ({', '.join('?' * len(_WAITING_STEPS))})"
+                        " ORDER BY outcome_key, created_at, step_key",
+                        (*steps, *_WAITING_STEPS)):
+                    steps[s["outcome_key"]].append(step_from_row(s))
+        more = len(merged) > limit and found
+        return AttentionPage([Waiting(o, steps[o.key]) for o in found],
+                             Cursor(found[-1].updated_at, found[-1].key) if more else None)
+
+    def attention_counts(self, *, drills: bool = False) -> dict[str, int]:
+        """How many outcomes wait for a human, by state (``blocked``, ``unknown``):
+        a count over the state index (and, for ``unknown``, each one's attempt)."""
+        drill = "" if drills else " AND o.key NOT LIKE ?"
+        dp: tuple[Any, ...] = () if drills else (f"%{DRILL_MARK}%",)
+        with self.backend.transaction(write=False) as tx:
+            blocked = tx.one(f"SELECT COUNT(*) AS n FROM rs_outcomes o WHERE o.state = ?{drill}",
+                             (OutcomeState.BLOCKED.value, *dp))
+            unknown = tx.one(
+                "SELECT COUNT(*) AS n FROM rs_outcomes o LEFT JOIN rs_attempts a"
+                f" ON a.id = o.current_attempt WHERE o.state = ? AND {_NO_LIVE_ATTEMPT}{drill}",
+                (OutcomeState.UNKNOWN.value, AttemptState.ACTIVE.value, tx.now, *dp))
+        return {OutcomeState.BLOCKED.value: int(blocked["n"]) if blocked else 0,
+                OutcomeState.UNKNOWN.value: int(unknown["n"]) if unknown else 0}
+
+    def _waiting_part(self, tx: Tx, state: str, after: Cursor | None, limit: int,
+                      drills: bool) -> tuple[str, list[Any]]:
+        """SQL for the first ``limit`` waiting outcomes in ``state`` after ``after``,
+        oldest first (a range of the state index), and its parameters."""
+        where = ["o.state = ?"]
+        params: list[Any] = [state]
+        join = ""
+        if state == OutcomeState.UNKNOWN.value:
+            join = " LEFT JOIN rs_attempts a ON a.id = o.current_attempt"
+            where.append(_NO_LIVE_ATTEMPT)
+            params += [AttemptState.ACTIVE.value, tx.now]
+        if after is not None:
+            where.append("(o.updated_at, o.key) > (?, ?)")
+            params += [after.updated_at, after.key]
+        if not drills:
+            where.append("o.key NOT LIKE ?")
+            params.append(f"%{DRILL_MARK}%")
+        return (f"SELECT o.* FROM rs_outcomes o{join} WHERE {' AND '.join(where)}"
+                f" ORDER BY o.updated_at, o.key LIMIT {int(limit)}", params)
 
     # --- pruning -----------------------------------------------------------------------
 
@@ -144,7 +214,8 @@ class Retention:
                         chunk = keys[i:i + _BATCH]
                         for table, column in (("rs_attempts", "outcome_key"),
                                               ("rs_steps", "outcome_key"),
-                                              ("rs_events", "outcome_key")):
+                                              ("rs_events", "outcome_key"),
+                                              ("rs_notifications", "outcome_key")):
                             row = tx.one(f"SELECT COUNT(*) AS n FROM {table} WHERE {column} IN"
                                          f" ({', '.join('?' * len(chunk))})", tuple(chunk))
                             counts[table] += int(row["n"]) if row else 0
@@ -154,7 +225,7 @@ class Retention:
                 if on_batch is not None:
                     on_batch({t: rows_of(tx, t, keys) for t in TABLES})
                 marks = ", ".join("?" * len(keys))
-                for table in ("rs_events", "rs_steps", "rs_attempts"):
+                for table in ("rs_notifications", "rs_events", "rs_steps", "rs_attempts"):
                     counts[table] += tx.run(f"DELETE FROM {table} WHERE outcome_key IN ({marks})",
                                             tuple(keys))
                 counts["rs_outcomes"] += tx.run(f"DELETE FROM rs_outcomes WHERE key IN ({marks})",

@@ -156,10 +156,15 @@ class _Dashboard:
     # --- pages ------------------------------------------------------------------------
 
     def attention(self, request: Request) -> Response:
-        from ..housekeeping import needs_attention
+        from ..housekeeping import attention_page
 
-        items = needs_attention(self.engine)
-        return self.page("attention.html", items=items, nav="attention")
+        after = _cursor(request.query_params.get("after"))
+        items, nxt = attention_page(self.engine, after=after, limit=_PAGE)
+        counts = self.engine.existing_ledger().retention.attention_counts()
+        total = max(sum(counts.values()), len(items))
+        return self.page("attention.html", items=items, total=total, first=after is None,
+                         next_query=urlencode({"after": f"{nxt.updated_at!r}:{nxt.key}"})
+                         if nxt is not None else None, nav="attention")
 
     def outcomes(self, request: Request) -> Response:
         q = request.query_params
