@@ -19,7 +19,7 @@ import pytest
 from example_targets import ContentTargets
 from kill_trials import Chaos, Figures, write_figures
 
-SQLITE_TRIALS = int(os.environ.get("RETRYSAFE_CHAOS_TRIALS", "40"))
+SQLITE_TRIALS = int(os.environ.get("RETRYSAFE_CHAOS_TRIALS", "25"))
 PG_TRIALS = int(os.environ.get("RETRYSAFE_CHAOS_PG_TRIALS", "10"))
 
 
@@ -63,7 +63,7 @@ def test_random_kills_on_postgres(content_targets: ContentTargets, tmp_path: Pat
     _assert_clean(fig, PG_TRIALS)
 
 
-LEDGER_LOSS_TRIALS = int(os.environ.get("RETRYSAFE_CHAOS_LOSS_TRIALS", "6"))
+LEDGER_LOSS_TRIALS = int(os.environ.get("RETRYSAFE_CHAOS_LOSS_TRIALS", "3"))
 
 
 @pytest.mark.chaos
