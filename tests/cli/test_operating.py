@@ -59,8 +59,9 @@ def waiting(any_home: Home) -> Home:
 
 def test_needs_attention_lists_what_waits_oldest_first_with_the_settling_command(waiting: Home) -> None:
     """Blocked (approval, exhausted) and unknown outcomes are listed oldest first, each with its
-    cause and the exact command that settles it; a done one is not; exit 0 without --fail-if-any,
-    1 with it; the printed commands, pasted, settle what they name."""
+    cause and the exact command that settles it; a done one is not; --limit shows the oldest and
+    still counts all; exit 0 without --fail-if-any, 1 with it; the printed commands, pasted,
+    settle what they name."""
     proc = waiting.run("needs-attention", "--json")
     assert proc.returncode == 0, proc.stderr
     items = json.loads(proc.stdout)
@@ -77,6 +78,12 @@ def test_needs_attention_lists_what_waits_oldest_first_with_the_settling_command
     assert text.returncode == 0
     assert "settle  retrysafe approve pay:1 charge" in text.stdout
     assert "3 outcomes need attention" in text.stdout
+    oldest = waiting.run("needs-attention", "--limit", "1")
+    assert oldest.returncode == 0, oldest.stderr
+    assert "pay:1" in oldest.stdout and "once:1" not in oldest.stdout
+    assert "3 outcomes need attention (the oldest 1 shown)" in oldest.stdout
+    assert [i["key"] for i in json.loads(waiting.run("needs-attention", "--limit", "2", "--json").stdout)
+            ] == ["pay:1", "once:1"]
     assert waiting.run("needs-attention", "--fail-if-any").returncode == 1
     # each printed command, pasted into a shell, settles its outcome
     for i in items[:2]:

@@ -57,3 +57,46 @@ def test_migration_6_indexes_serve_the_listing_orders(ledger_url: str) -> None:
                     f"EXPLAIN QUERY PLAN SELECT * FROM rs_outcomes WHERE {where}"
                     " ORDER BY updated_at DESC, key DESC LIMIT 51"))
                 assert index in plan and "TEMP B-TREE" not in plan, plan
+
+
+def test_needs_attention_pages_walk_what_waits_once_oldest_first(ledger_url: str) -> None:
+    """Pages of what waits for a human (blocked, and unknown with no live attempt) walk
+    it exactly once, oldest first, ties broken by key, across both states; an unknown
+    outcome whose attempt is live, a done one and a drill trial are left out; the
+    counts agree with the pages; the landing page's cursor is a keyset one."""
+    fill(ledger_url, 20)
+    with open_ledger(ledger_url) as ledger:
+        with ledger.backend.transaction() as tx:
+            keys = [r["key"] for r in tx.rows("SELECT key FROM rs_outcomes ORDER BY key")]
+            for i, key in enumerate(keys):
+                state = ("blocked", "unknown", "done")[i % 3]
+                # pairs share a time: the key decides their order
+                tx.run("UPDATE rs_outcomes SET state = ?, updated_at = ? WHERE key = ?",
+                       (state, 1000.0 + i // 2, key))
+            tx.run("UPDATE rs_attempts SET lease_expires = 0")
+            live = keys[4]  # unknown, its attempt's lease renewed: still being settled
+            tx.run("UPDATE rs_attempts SET lease_expires = ? WHERE outcome_key = ?",
+                   (tx.now + 600, live))
+        ledger.claim("b:999~drill-1", job="b", params={}, holder=Holder("elsewhere", None),
+                     lease_seconds=60, max_attempts=3)
+        with ledger.backend.transaction() as tx:
+            tx.run("UPDATE rs_outcomes SET state = 'blocked', updated_at = 1 WHERE key LIKE '%~%'")
+        retention = ledger.retention
+        seen, after, pages = [], None, 0
+        while True:
+            page = retention.attention_page(after=after, limit=3)
+            seen += [w.outcome for w in page.waiting]
+            pages += 1
+            if page.next is None:
+                break
+            after = page.next
+        expect = sorted(((1000.0 + i // 2, k) for i, k in enumerate(keys)
+                         if i % 3 in (0, 1) and k != live))
+        assert [(o.updated_at, o.key) for o in seen] == expect
+        assert pages == -(-len(expect) // 3)
+        assert [w.outcome.key for w in retention.needs_attention()] == [k for _, k in expect]
+        counts = retention.attention_counts()
+        assert counts == {"blocked": sum(1 for o in seen if o.state == "blocked"),
+                          "unknown": sum(1 for o in seen if o.state == "unknown")}
+        assert retention.attention_page(limit=1, drills=True).waiting[0].outcome.key == "b:999~drill-1"
+        assert retention.attention_counts(drills=True)["blocked"] == counts["blocked"] + 1
