@@ -149,8 +149,12 @@ def details(results: dict[str, Any]) -> list[str]:
 def markdown(results: dict[str, Any], *, with_profiles: bool = True) -> str:
     parts = [machine_line(results), ""]
     if results.get("per_outcome", {}).get("sqlite"):
-        parts += ["### Per outcome", "", *per_outcome_lines(results["per_outcome"]), "",
-                  "### Per guarded effect and per CLI skip", ""]
+        parts += ["### Per outcome", "", *per_outcome_lines(results["per_outcome"]), ""]
+        if results["per_outcome"].get("plot"):
+            parts += ["![outcomes per second against the peers](img/per-outcome.png)", ""]
+    parts += cli_lines(results.get("cli_latency") or {})
+    parts += dashboard_lines(results.get("dashboard") or {})
+    parts += ["### Per guarded effect and per CLI skip", ""]
     parts += [*summary_table(results), ""]
     parts += [f"- {line}" for line in details(results)]
     if with_profiles:
@@ -233,3 +237,33 @@ def per_outcome_lines(result: dict[str, Any]) -> list[str]:
     elif pg.get("skipped"):
         lines += ["", f"PostgreSQL: not run ({pg['skipped']})."]
     return lines
+
+
+def cli_lines(cli: dict[str, Any]) -> list[str]:
+    """``bench/cli_latency.py`` as Markdown."""
+    if not cli.get("commands"):
+        return []
+    lines = ["### Per CLI call", "",
+             f"Wall time, medians of {cli['runs']} interleaved runs, cached bytecode; "
+             f"`python -c pass` took {cli['bare_ms']:.1f} ms.", "",
+             "| command | wall time | ratio to `python -c pass` | target | |", "|---|---:|---:|---:|---|"]
+    for row in cli["commands"].values():
+        lines.append(f"| {row['label']} | {row['ms']:.1f} ms | {row['ratio']:.1f}x | "
+                     f"< {row['target']:g}x | {_ok(row['meets_target'])} |")
+    return [*lines, ""]
+
+
+def dashboard_lines(dash: dict[str, Any]) -> list[str]:
+    """``bench/dashboard.py`` as Markdown."""
+    if not dash.get("pages"):
+        return []
+    lines = ["### Dashboard pages", "",
+             f"Median of {dash['rounds']} fetches over HTTP on a SQLite ledger with "
+             f"{dash['outcomes']:,} outcomes, interleaved with a static file of the same server "
+             f"({dash['baseline_median_ms']:.1f} ms).", "",
+             "| page | median | slowest | target | |", "|---|---:|---:|---:|---|"]
+    for name, row in dash["pages"].items():
+        target = "-" if name == "metrics" else f"< {dash['target_ms']:g} ms"
+        lines.append(f"| {name.replace('_', ' ')} | {row['median_ms']:.1f} ms | {row['max_ms']:.1f} ms"
+                     f" | {target} | {_ok(row['meets_target']) if name != 'metrics' else ''} |")
+    return [*lines, ""]

@@ -91,10 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     per_outcome = ["--plot", str(PLOTS / "per-outcome.png")]
     results["per_outcome"] = _run("per_outcome.py", *per_outcome,
                                   *(["--no-pg"] if args.no_pg else ["--ledger", args.pg_dsn]))
+    print("== everyday commands of the CLI", flush=True)
+    results["cli_latency"] = _run("cli_latency.py")
     print("== skip latency of the CLI", flush=True)
     results["skip_latency"] = _run("skip_latency.py", "--profile")
+    print("== dashboard pages on a million outcomes", flush=True)
+    results["dashboard"] = _run("dashboard.py")
+    results["dashboard"].pop("machine", None)
     for key in ("guarded_effect_sqlite", "guarded_effect_postgres", "skip_latency",
-                "per_outcome"):
+                "per_outcome", "cli_latency"):
         results[key].pop("machine", None)
 
     out = Path(args.out)

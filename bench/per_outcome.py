@@ -128,7 +128,9 @@ def rs_start(sync: str) -> Contestant:
         try:
             return _timed_twice(keys, one)
         finally:
-            closer = getattr(retrysafe, "close_all", None)
+            from retrysafe import engine
+
+            closer = getattr(engine, "close_all", None)
             if closer is not None:
                 closer()
     return run

@@ -143,9 +143,11 @@ def close(run: ClosingRun, success: bool, reason: str = "") -> OutcomeRecord:
     if others and state != _O.FAILED:
         why = "; ".join([why, *others]).rstrip("; ")
     out = run.ledger.finish(attempt, state, why, cause=cause, accepted=state == _O.DONE)
-    # terminal status first; the summary is a nicety written after it
+    # terminal status first; the summary is a nicety written after it. Both, and the
+    # log, are derived from the ledger just committed: replaced whole, not synced
+    # (folders.py), so close-out costs the ledger's one durable commit
     run.folder.write_status(attempt.id, state, reason=why)
-    run._log(run.key, "closeout", state, reason=why, sync=True)
+    run._log(run.key, "closeout", state, reason=why)
     run.folder.write_summary(
         state,
         f"attempt-{attempt.number}" if state == _O.DONE else _accepted_name(run.ledger, out),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,9 +40,9 @@ from .folders import AttemptFolder
 from .keys import DRILL_MARK, check_key, check_name, step_ref
 from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, open_ledger
 from .process import attempt_liveness, this_holder
-from .states import BlockCause, ClaimStatus, StepState
+from .states import BlockCause, ClaimStatus, OutcomeState, StepState
 
-__all__ = ["LEASE_FIELD", "Engine", "Start", "start", "unblock_hint"]
+__all__ = ["LEASE_FIELD", "Engine", "Start", "close_all", "start", "unblock_hint"]
 
 LEASE_FIELD = "agent_lease_seconds"
 """Context field of an attempt begun by an agent: the lease each later command renews."""
@@ -191,6 +192,10 @@ class Engine:
         command renews the same lease (:meth:`resume`).
         """
         spec, key, canonical = self.outcome_key(job, params, now)
+        # a done outcome stays done: one read answers a re-run, no write transaction
+        known = self.ledger.outcome(key)
+        if known is not None and known.state == OutcomeState.DONE and known.job == spec.name:
+            return Start(ClaimStatus.DONE, key, known, None, Claim(ClaimStatus.DONE, known))
         ensure_home(self.home)
         context = dict(context or {})
         if lease_seconds is not None:
@@ -210,18 +215,42 @@ class Engine:
         if claim.status is ClaimStatus.STARTED:
             assert claim.attempt is not None
             run = self.run_for(spec, claim.attempt, claim.outcome)
-            from .identity import set_aside_stale_folder
+            from .identity import remove_temp_leftovers, set_aside_stale_folder
 
             set_aside_stale_folder(run.folder.path, claim.attempt.id)
             run.folder.create()
+            remove_temp_leftovers(run.folder.outcome_dir)
             run.folder.write_status(claim.attempt.id, "running", context=context)
             run.folder.log(claim.attempt.id, key, "begin", "started",
                            superseded=claim.superseded.id if claim.superseded else None)
+            if claim.attempt.number > 1:
+                self._repair_folders(spec.name, key, claim.attempt.number)
         elif claim.status is ClaimStatus.BLOCKED:
             unblock = unblock_hint(self.ledger, claim.outcome)
         if claim.superseded is not None:
             self._mark_superseded(spec.name, claim.superseded)
         return Start(claim.status, key, claim.outcome, run, claim, unblock)
+
+    def _repair_folders(self, job: str, key: str, current: int) -> None:
+        """Rewrite the earlier attempts' ``status.json`` from the ledger where a crash
+        left it torn or stale.
+
+        The folder's files are derived from the ledger and written without syncs
+        of their own (:mod:`retrysafe.folders`): after a power cut one may be
+        empty or show an older state. The next attempt of the outcome (there is
+        one after any crash that matters) puts them right. A file naming another
+        attempt is left alone: it is not this ledger's (identity.py).
+        """
+        for rec in self.ledger.attempts(key):
+            if rec.number >= current:
+                continue
+            folder = AttemptFolder(self.home, job, key, rec.number)
+            state = {"active": "running", "superseded": "superseded"}.get(rec.state, rec.result)
+            with contextlib.suppress(RetrysafeError, OSError):
+                if folder.stale_status(rec.id, state or rec.state):
+                    folder.write_status(rec.id, state or rec.state,
+                                        **({"reason": rec.result} if rec.state == "superseded"
+                                           else {}))
 
     def _mark_superseded(self, job: str, attempt: AttemptRecord) -> None:
         """A superseded attempt's ``status.json`` says so: its own process may never
@@ -336,9 +365,83 @@ def start(
     human must act first. An exception inside the block ends the attempt as
     ``failed``, ``unknown`` or ``blocked``, as its steps say, and propagates.
     """
-    engine = Engine.open(home, config, ledger)
+    engine = _cached_engine(home, config, ledger)
+    with engine.start(job, params, heartbeat=heartbeat) as run:
+        yield run
+
+
+# --- the engine start() reuses -----------------------------------------------------
+# A process that calls start() once per outcome (an item loop, a worker) would open
+# the config and the ledger, and close them, per outcome: on SQLite each close
+# checkpoints the WAL (one more sync). One engine per home/config/ledger is kept
+# for the life of the process instead, and closed at exit. It is opened again when
+# its config file or SQLite ledger file is not the one it opened (edited, replaced,
+# deleted), and in a child after fork (connections are never shared across fork).
+
+_ENGINES: dict[tuple[object, ...], tuple[Engine, tuple[object, ...]]] = {}
+_ENGINES_LOCK = threading.Lock()
+_ENGINES_KEPT = 8
+
+
+def _stamp(path: Path) -> object:
     try:
-        with engine.start(job, params, heartbeat=heartbeat) as run:
-            yield run
-    finally:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _identity(engine: Engine) -> tuple[object, ...]:
+    """What must stay the same for a cached engine to be reused."""
+    settings = engine.config.settings
+    ledger: object = None
+    if settings.ledger_url.startswith("sqlite:") and engine._ledger is not None:
+        backend = engine._ledger.backend
+        path = getattr(backend, "path", None)
+        if isinstance(path, Path):
+            try:
+                st = os.stat(path)
+                ledger = (st.st_dev, st.st_ino)
+            except OSError:
+                ledger = "gone"
+    return (_stamp(settings.config_path), ledger)
+
+
+def _cached_engine(home: str | os.PathLike[str] | None, config: str | os.PathLike[str] | None,
+                   ledger: str | None) -> Engine:
+    env = tuple(os.environ.get(name) for name in (envvars.HOME, envvars.CONFIG, envvars.LEDGER))
+    key = (os.getpid(), None if home is None else os.fspath(home),
+           None if config is None else os.fspath(config), ledger, env)
+    with _ENGINES_LOCK:
+        cached = _ENGINES.pop(key, None)
+    if cached is not None:
+        engine, seen = cached
+        if engine._ledger is not None and _identity(engine) == seen:
+            with _ENGINES_LOCK:
+                _ENGINES[key] = cached
+            return engine
         engine.close()
+    engine = Engine.open(home, config, ledger)
+    engine.ledger  # noqa: B018 - opened now, so its identity is known
+    with _ENGINES_LOCK:
+        if not _ENGINES:
+            import atexit
+
+            atexit.register(close_all)
+        _ENGINES[key] = (engine, _identity(engine))
+        evicted = [_ENGINES.pop(k)[0] for k in list(_ENGINES)[:-_ENGINES_KEPT]]
+    for old in evicted:  # the least recently used: a process rarely has more homes
+        with contextlib.suppress(Exception):
+            old.close()
+    return engine
+
+
+def close_all() -> None:
+    """Close the engines :func:`start` keeps open (done at exit; call it before
+    removing a home a process used)."""
+    with _ENGINES_LOCK:
+        engines = [engine for pid_key, (engine, _) in _ENGINES.items() if pid_key[0] == os.getpid()]
+        _ENGINES.clear()
+    for engine in engines:
+        with contextlib.suppress(Exception):
+            engine.close()

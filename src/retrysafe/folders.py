@@ -3,7 +3,14 @@
 Each attempt writes only inside its own folder (``status.json``, ``log.jsonl``,
 artifacts); the outcome folder's ``summary.json`` points at the accepted
 attempt. The ledger is the source of truth; these files are what a person
-opens first.
+opens first, derived from it: each is replaced whole (a reader sees the old
+file or the new one, never a mix) but not synced on its own, because the
+ledger's commits are the durable record. After a power cut a file may be
+empty or show an older state; the outcome's next attempt rewrites its earlier
+attempts' ``status.json`` from the ledger (``Engine._repair_folders``) and
+every close-out rewrites ``summary.json``. The terminal status is still
+written before the summary, so a process crash between them leaves the
+status right and the summary old, never the other way round.
 
 Nothing below the home is followed through a symbolic link: the folders are
 checked once (made ``0700`` when created), the log is opened without
@@ -63,7 +70,7 @@ class AttemptFolder:
 
     def write_status(self, attempt_id: str, state: str, **extra: Any) -> None:
         self._check(4)
-        atomic_write_json(self.path / "status.json", refuse_link=True, obj={
+        atomic_write_json(self.path / "status.json", refuse_link=True, durable=False, obj={
             "outcome_key": self.key,
             "job": self.job,
             "attempt": self.number,
@@ -72,6 +79,23 @@ class AttemptFolder:
             "updated_at": time.time(),
             **extra,
         })
+
+    def stale_status(self, attempt_id: str, state: str) -> bool:
+        """Is ``status.json`` torn (empty, not JSON) or does it show another state of
+        ``attempt_id``? A missing file, or one naming another attempt, is not stale."""
+        import json
+
+        try:
+            raw = (self.path / "status.json").read_bytes()
+        except FileNotFoundError:
+            return False
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return True
+        if not isinstance(data, dict):
+            return True
+        return data.get("attempt_id") == attempt_id and data.get("state") != state
 
     def log(self, attempt_id: str, step_key: str, action: str, result: str,
             *, sync: bool = False, **extra: Any) -> None:
@@ -101,7 +125,8 @@ class AttemptFolder:
     def write_summary(self, state: str, accepted: str | None, reason: str,
                       steps: Mapping[str, Any]) -> None:
         self._check(3)
-        atomic_write_json(self.outcome_dir / "summary.json", refuse_link=True, obj={
+        atomic_write_json(self.outcome_dir / "summary.json", refuse_link=True, durable=False,
+                          obj={
             "outcome_key": self.key,
             "job": self.job,
             "state": state,

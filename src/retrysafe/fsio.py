@@ -3,10 +3,12 @@
 Every file retrysafe writes is either the old version or the new one, never a
 torn mix: write a temporary file in the same folder, fsync it, rename it over
 the target, fsync the folder so the rename itself survives a power cut.
-Log lines are appended with one ``write`` on an ``O_APPEND`` descriptor; they
-are fsynced together by the close-out line (``sync=True``), not one by one: the
-ledger's history is the durable record of every transition, the log is its
-readable companion; a crash can cut only its last line short.
+Log lines are appended with one ``write`` on an ``O_APPEND`` descriptor and
+not synced (``sync=True`` syncs on request): the ledger's history is the
+durable record of every transition, the log is its readable companion; a
+process crash loses nothing written, a power cut may cut its tail short.
+Files derived from the ledger are written with ``durable=False`` (whole or
+absent, without syncs; see :mod:`retrysafe.folders`).
 
 Modes: a new file is private (``0600``, less what the umask takes away), a new
 folder ``0700`` likewise; a file that is rewritten keeps its mode (and its
@@ -127,7 +129,8 @@ def fsync_dir(path: Path) -> None:
 
 
 def atomic_write(target: Path, fill: Callable[[BinaryIO], object], *, exclusive: bool = False,
-                 mode: int | None = None, refuse_link: bool = False) -> None:
+                 mode: int | None = None, refuse_link: bool = False,
+                 durable: bool = True) -> None:
     """Write ``target`` through a temporary file in its folder: the whole file or nothing.
 
     ``fill(fh)`` writes the content into the open binary temporary file. With
@@ -139,6 +142,11 @@ def atomic_write(target: Path, fill: Callable[[BinaryIO], object], *, exclusive:
     less the umask. With ``refuse_link`` a symbolic link at ``target`` is
     refused (:class:`~retrysafe.errors.UnsafePath`); otherwise it is replaced
     by the file, as ``rename`` does, and its target keeps its content.
+
+    ``durable=False`` skips the two syncs (file and folder): the replacement is
+    still whole or absent for every reader and after a process crash, but a
+    power cut may leave the old file or an empty one. For files derived from
+    the ledger, which rewrites them (:mod:`retrysafe.folders`).
     """
     import tempfile  # imported here: most commands never write a whole file
 
@@ -158,7 +166,8 @@ def atomic_write(target: Path, fill: Callable[[BinaryIO], object], *, exclusive:
                 _keep_owner_and_mode(fh.fileno(), keep)
             fill(fh)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         if exclusive:
             os.link(tmp, target)
             os.unlink(tmp)
@@ -168,7 +177,8 @@ def atomic_write(target: Path, fill: Callable[[BinaryIO], object], *, exclusive:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    fsync_dir(target.parent)
+    if durable:
+        fsync_dir(target.parent)
 
 
 def _keep_owner_and_mode(fd: int, old: os.stat_result) -> None:
@@ -186,13 +196,15 @@ def _keep_owner_and_mode(fd: int, old: os.stat_result) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None, *,
-                       refuse_link: bool = False) -> None:
-    atomic_write(path, lambda fh: fh.write(data), mode=mode, refuse_link=refuse_link)
+                       refuse_link: bool = False, durable: bool = True) -> None:
+    atomic_write(path, lambda fh: fh.write(data), mode=mode, refuse_link=refuse_link,
+                 durable=durable)
 
 
-def atomic_write_json(path: Path, obj: Any, *, refuse_link: bool = False) -> None:
+def atomic_write_json(path: Path, obj: Any, *, refuse_link: bool = False,
+                      durable: bool = True) -> None:
     data = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    atomic_write_bytes(path, data.encode("utf-8"), refuse_link=refuse_link)
+    atomic_write_bytes(path, data.encode("utf-8"), refuse_link=refuse_link, durable=durable)
 
 
 def atomic_copy(src: Path, dst: Path) -> None:
