@@ -417,3 +417,20 @@ def test_skill_is_loaded_by_openclaw(gateway: Gateway) -> None:
     assert info["requirements"]["bins"] == ["retrysafe"]
     assert info["eligible"] is True and info["missing"]["bins"] == []
     assert info["description"].startswith("Do each side effect once")
+
+
+def test_doctor_reads_command_jobs_through_the_gateway(gateway: Gateway, rs_home: Path) -> None:
+    """openclaw doctor lists OpenClaw's command jobs through the real gateway: an absolute
+    retrysafe and this home are ok, the missing --command-cwd is the line's warning."""
+    case = make_case(gateway, rs_home, "doctor")
+    gateway.add_command_job("rs-doctor", case.command, case.job_env)
+    env = {**gateway.env, "OPENCLAW_GATEWAY_PORT": str(gateway.port),
+           "OPENCLAW_GATEWAY_TOKEN": gateway.token}
+    done = subprocess.run(
+        [str(gateway.scratch / "bin" / "retrysafe"), "--home", str(rs_home), "openclaw", "doctor",
+         "--openclaw", gateway.openclaw],
+        env=env, capture_output=True, text=True, timeout=180, check=False,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    (line,) = [ln for ln in done.stdout.splitlines() if "cron job rs-doctor:" in ln]
+    assert line.startswith("warn cron job rs-doctor: has no --command-cwd"), done.stdout
