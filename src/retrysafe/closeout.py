@@ -86,19 +86,20 @@ def acceptance_problems(run: ClosingRun, steps: list[StepRecord],
     for rel in run.job.expected_artifacts:
         if not any((d / rel).is_file() for d in artifact_dirs):
             problems.append(f"expected artifact {rel} does not exist")
-    import subprocess
+    from .checks import DEFAULT_CHECK_TIMEOUT, run_shell_check
 
     for cmd in run.job.accept:
         if not isinstance(cmd, str):  # a URL check (checks.py)
             problems += filter(None, [cmd.problem(run.key, steps)])
             continue
         env = {**os.environ, **run.env()} if run.attempt else dict(os.environ)
-        proc = subprocess.run(["/bin/sh", "-c", cmd], cwd=attempt_dir or run.dir, env=env,
-                              capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
-            problems.append(f"acceptance check {cmd!r} exited {proc.returncode}"
-                            + (f": {tail[0]}" if tail[0] else ""))
+        got = run_shell_check(cmd, env, cwd=attempt_dir or run.dir, timeout=run.job.check_timeout)
+        if got.returncode is None:
+            problems.append(f"acceptance check {cmd!r} did not finish within "
+                            f"{run.job.check_timeout or DEFAULT_CHECK_TIMEOUT:g} s")
+        elif got.returncode != 0:
+            problems.append(f"acceptance check {cmd!r} exited {got.returncode}"
+                            + (f": {got.tail}" if got.tail else ""))
     return problems
 
 

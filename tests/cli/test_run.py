@@ -296,3 +296,34 @@ def test_commands_get_the_fencing_token_and_it_grows_with_each_attempt(
     # the second attempt skips the step, done by the first
     assert seen.read_text().splitlines() == [f"run {fences[0]}", f"step {fences[0]}",
                                              f"run {fences[1]}"]
+
+
+def test_acceptance_checks_are_bounded_in_time_and_read_as_bytes(home: Home, tmp_path: Path) -> None:
+    """An acceptance command that prints bytes that are not UTF-8 passes on its exit
+    status alone; one that hangs (with a child of its own) is stopped, whole group,
+    after the job's check_timeout, and the outcome is not done."""
+    marker = tmp_path / "grandchild-alive"
+    simple_job(home, f"""check_timeout = 1
+        accept = ["printf '\\\\377\\\\376 ok\\\\n'", "test -e {tmp_path}/hang && (sleep 30; touch {marker}) & test -e {tmp_path}/hang && sleep 30 || true"]""")
+    done = home.run("run", "report", "-p", "week=2026-W21", "--", "true")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (tmp_path / "hang").touch()
+    hung = home.run("run", "report", "-p", "week=2026-W22", "--", "true", timeout=60)
+    assert hung.returncode == 1, hung.stdout + hung.stderr
+    assert "did not finish within 1 s" in hung.stdout
+    # nothing of the check's process group lives on
+    assert _carriers(b"RETRYSAFE_OUTCOME_KEY=report:2026-W22") == []
+    assert not marker.exists()
+
+
+def _carriers(needle: bytes) -> list[int]:
+    """Processes whose environment holds ``needle``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
