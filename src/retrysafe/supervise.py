@@ -33,6 +33,10 @@ def run_command(run: Run, cmd: Sequence[str], *, cwd: str | None = None,
     """Run ``cmd`` inside ``run`` (in ``cwd``, its standard output to ``stdout``;
     default: ours) and return its exit status (negative: killed by that
     signal). ``run.lost`` is set when the lease was lost meanwhile."""
+    if run.job.notify is not None and run.attempt is not None:  # a ping channel's /start
+        from .notify import notify_started
+
+        notify_started(run.job, run.key, run.attempt.number)
     with tracing.attempt_span(run) as trace_env:  # TRACEPARENT, when the otel extra traces
         return _supervise(run, subprocess.Popen(list(cmd), env={**os.environ, **run.env(), **trace_env},
                                                 cwd=cwd, stdout=stdout))

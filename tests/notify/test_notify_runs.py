@@ -218,13 +218,15 @@ url = "RECEIVER/own"
 
 
 def test_ping_channel_success_fail_and_test(home: Home, receiver: HttpReceiver) -> None:
-    """A healthchecks-style ping: the URL itself when done, /fail when blocked or
-    failed for good; `notify test` uses /log, which leaves the check alone."""
+    """A healthchecks-style ping: /start when an attempt begins, the URL itself when
+    done, /fail when blocked or failed for good; `notify test` uses /log, which
+    leaves the check alone."""
     configure(home, f'[notify.channels.hc]\ntype = "ping"\nurl = "{receiver.url}/ping/abc"\n')
     assert home.run("run", "pay", "-p", "n=1", "--", "true").returncode == 0
     assert blocked_run(home, "2")[0] == 3
-    assert [r.path for r in receiver.delivered()] == ["/ping/abc", "/ping/abc/fail"]
-    assert "pay:2" in receiver.delivered()[1].body.decode()
+    assert [r.path for r in receiver.delivered()] == ["/ping/abc/start", "/ping/abc",
+                                                      "/ping/abc/start", "/ping/abc/fail"]
+    assert "pay:2" in receiver.delivered()[3].body.decode()
     tested = home.run("notify", "test")
     assert tested.returncode == 0, tested.stderr
     assert receiver.delivered()[-1].path == "/ping/abc/log"

@@ -21,7 +21,14 @@ if TYPE_CHECKING:
     from ..config import Job
     from ..ledger import Ledger, OutcomeRecord
 
-__all__ = ["notify_missed", "notify_transition"]
+__all__ = ["notify_missed", "notify_started", "notify_transition"]
+
+
+def notify_started(job: Job, key: str, attempt: int) -> None:
+    """An attempt of ``key`` began: ping channels get ``/start``; never raises."""
+    from .outbox import notify_started as run
+
+    run(job, key, attempt)
 
 
 def notify_transition(ledger: Ledger, job: Job, out: OutcomeRecord) -> None:

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from ..config import Config, Job
     from ..ledger import Ledger, OutcomeRecord
 
-__all__ = ["FlushResult", "body_for", "flush", "notify_missed", "notify_transition", "plans_of",
-           "send_test", "warn"]
+__all__ = ["FlushResult", "body_for", "flush", "notify_missed", "notify_started",
+           "notify_transition", "plans_of", "send_test", "warn"]
 
 CLAIM_MARGIN = 30.0
 """seconds a taken row stays taken beyond the channel's timeout"""
@@ -111,6 +111,27 @@ def notify_transition(ledger: Ledger, job: Job, out: OutcomeRecord) -> None:
               limit=FLUSH_LIMIT)
     except Exception as exc:  # noqa: BLE001 - a notification never fails the run
         warn(f"could not record or send notifications for {out.key}: {type(exc).__name__}: {exc}")
+
+
+def notify_started(job: Job, key: str, attempt: int) -> None:
+    """An attempt began: ping channels get ``/start`` (healthchecks measure the run's
+    duration from it, and notice a run that never ends). Sent once, now, not recorded:
+    a lost start ping loses a duration, not a message. Never raises."""
+    plan = job.notify
+    if plan is None or DRILL_MARK in key:
+        return
+    pings = [c for c in plan.channels if c.type == "ping"]
+    if not pings:
+        return
+    from .channels import SendFailed, send
+
+    body = body_for("start", key, job.name, "running", f"attempt {attempt} started", "",
+                    time.time(), 0)
+    for channel in pings:
+        try:
+            send(channel, body, plan.timeout)
+        except SendFailed as exc:
+            warn(f"{channel.describe()}: start ping for {key} not sent: {exc}")
 
 
 def notify_missed(ledger: Ledger, job: Job, rows: Sequence[Mapping[str, Any]],
