@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--outcomes", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--metrics-rounds", type=int, default=3,
-                    help="rounds of /metrics (it reads the whole history: seconds a round)")
+                    help="rounds of /metrics after its first scrape (which counts the whole history)")
     ap.add_argument("--target-ms", type=float, default=250.0)
     ap.add_argument("--cache", type=Path, default=RESULTS / "cache")
     ap.add_argument("--json", metavar="FILE")
@@ -174,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{path} answered {got.status_code}: {got.text[:200]}")
         return elapsed * 1000
 
+    # the first /metrics counts the whole history; later ones only what was written since
+    first_metrics_ms = fetch("/metrics")
+    log(f"   metrics, first scrape    {first_metrics_ms:8.1f} ms")
     for path in pages.values():
         fetch(path)  # warm: templates compiled, pages of the database cached
     baseline_ms: list[float] = []
@@ -184,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         baseline_ms += base
         results[name] = {"median_ms": median(page), "max_ms": max(page),
                          "ratio": paired_ratio(page, base),
-                         "meets_target": median(page) < args.target_ms or name == "metrics"}
+                         "meets_target": median(page) < args.target_ms}
         log(f"   {name:24s} {median(page):8.1f} ms  (x{results[name]['ratio']:.1f} a static file)")
     server.should_exit = True
     out = {
@@ -194,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": "GET of a static file from the same server",
         "baseline_median_ms": median(baseline_ms),
         "pages": results,
+        "metrics_first_scrape_ms": first_metrics_ms,
         "meets_target": all(r["meets_target"] for r in results.values()),
         "machine": machine(),
     }

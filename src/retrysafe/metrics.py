@@ -1,75 +1,232 @@
 """The ledger's health as Prometheus metrics: ``/metrics`` and ``retrysafe metrics``.
 
-Every figure is read from the ledger when it is asked for (no process keeps
-counters), so the dashboard, a textfile written by cron and the ledger
-always agree, whichever machine ran the work. Counters count what the history
-holds; pruning old outcomes lowers them, which Prometheus reads as a reset.
+The gauges (outcomes by job and state, what waits for a human) are read from
+the ledger's indexes when asked. The counters (executions, lookups found,
+skips, blocks) and the attempts by state are counted incrementally
+(:class:`HistoryCounts`): the first scrape counts the whole history, each
+later one only the history rows written since (a range of their primary key),
+so a scrape costs what happened since the last one, not the size of the
+ledger. The dashboard keeps the counts in memory; ``retrysafe metrics
+--textfile FILE`` keeps them in a state file next to FILE. Pruning never
+lowers a counter; a counter starts again from what the history holds only
+when the ledger is another one (its identity, :mod:`retrysafe.identity`).
 
 Needs the ``ui`` extra (``prometheus_client``).
 """
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .ledger.listing import Listing
+from .ledger.listing import HistoryDelta, Listing
 from .states import OutcomeState
 
 if TYPE_CHECKING:
     from .ledger import Ledger
 
-__all__ = ["LedgerCollector", "render", "write_textfile"]
+__all__ = ["HistoryCounts", "LedgerCollector", "render", "state_path", "write_textfile"]
+
+GAP_WINDOW = 1000
+"""On PostgreSQL a history row id can become visible after higher ones (ids are
+drawn when a transaction writes, rows seen when it commits): ids missing among
+the newest this many are remembered and looked for again at the next scrapes."""
+GAP_TTL = 600.0
+"""Seconds after which a missing id is taken as a rolled-back transaction's."""
+_MAX_GAPS = 10_000
+_STATE_VERSION = 1
+
+
+def _add(into: dict[Any, int], delta: dict[Any, int]) -> None:
+    for k, n in delta.items():
+        into[k] = into.get(k, 0) + n
+
+
+@dataclass
+class HistoryCounts:
+    """The history counted so far: the counters, attempts by state, and the last
+    history row id counted (``-1``: nothing yet), for one ledger (``identity``)."""
+
+    identity: str | None = None
+    last_id: int = -1
+    executions: dict[tuple[str, str], int] = field(default_factory=dict)
+    lookups_found: dict[str, int] = field(default_factory=dict)
+    skips: dict[str, int] = field(default_factory=dict)
+    blocks: dict[str, int] = field(default_factory=dict)
+    attempts: dict[tuple[str, str, bool], int] = field(default_factory=dict)
+    """attempts by ``(job, attempt state, drill)``"""
+    gaps: dict[int, float] = field(default_factory=dict)
+    """history row ids not seen yet below ``last_id``, with when they were first missed"""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def update(self, ledger: Ledger, now: float | None = None) -> HistoryCounts:
+        """Count what the history gained since the last update (everything, the
+        first time or when ``ledger`` is not the ledger counted so far); returns
+        a copy of the counts, for reading while another update runs."""
+        from .identity import ledger_identity
+
+        now = time.time() if now is None else now
+        listing = Listing(ledger.backend)
+        identity = ledger_identity(ledger, create=False)
+        with self.lock:
+            if self.last_id < 0 or identity != self.identity:
+                self._first(listing, identity, now)
+            else:
+                self._since(listing, now)
+            return HistoryCounts(self.identity, self.last_id, dict(self.executions),
+                                 dict(self.lookups_found), dict(self.skips), dict(self.blocks),
+                                 dict(self.attempts), dict(self.gaps))
+
+    # --- the steps of an update ---------------------------------------------------------
+
+    def _first(self, listing: Listing, identity: str | None, now: float) -> None:
+        """Count the whole history: attempts as the ledger holds them, and every
+        history row up to the highest id read with them."""
+        fresh = HistoryCounts(identity=identity)
+        fresh.attempts, hw = listing.attempt_counts()
+        fresh._count(listing, 0, hw, now, attempts=False)
+        for name in ("identity", "last_id", "executions", "lookups_found", "skips", "blocks",
+                     "attempts", "gaps"):
+            setattr(self, name, getattr(fresh, name))
+
+    def _since(self, listing: Listing, now: float) -> None:
+        hw, attempts_held = listing.horizon()
+        if self.gaps:  # late commits (PostgreSQL) below what was counted
+            found = listing.present(sorted(self.gaps))
+            self._apply(listing.history_delta(ids=found), attempts=True)
+            for i in found:
+                self.gaps.pop(i, None)
+            for i, since in list(self.gaps.items()):
+                if now - since > GAP_TTL:
+                    del self.gaps[i]
+        self._count(listing, self.last_id, hw, now, attempts=True)
+        if sum(self.attempts.values()) != attempts_held:
+            # attempts removed (prune) or written without history (recover): read them
+            # again; the counters keep what they counted, so none goes down
+            self.attempts, top = listing.attempt_counts()
+            self._count(listing, self.last_id, top, now, attempts=False)
+
+    def _count(self, listing: Listing, after: int, upto: int, now: float, *,
+               attempts: bool) -> None:
+        """Count the history rows in ``(after, upto]`` and move ``last_id`` to ``upto``."""
+        if upto <= after:
+            return
+        if listing.backend.name == "sqlite":
+            # one writer at a time, ids never reused: every id up to a max seen is committed
+            self._apply(listing.history_delta(after=after, upto=upto, attempts=attempts),
+                        attempts=attempts)
+        else:
+            edge = max(after, upto - GAP_WINDOW)
+            self._apply(listing.history_delta(after=after, upto=edge, attempts=attempts),
+                        attempts=attempts)
+            seen = listing.event_ids(edge, upto)
+            self._apply(listing.history_delta(ids=seen, attempts=attempts), attempts=attempts)
+            have = set(seen)
+            self.gaps.update((i, now) for i in range(edge + 1, upto + 1) if i not in have)
+            if len(self.gaps) > _MAX_GAPS:
+                for i in sorted(self.gaps)[:len(self.gaps) - _MAX_GAPS]:
+                    del self.gaps[i]
+        self.last_id = upto
+
+    def _apply(self, delta: HistoryDelta, *, attempts: bool) -> None:
+        _add(self.executions, delta.executions)
+        _add(self.lookups_found, delta.lookups_found)
+        _add(self.skips, delta.skips)
+        _add(self.blocks, delta.blocks)
+        if attempts:
+            _add(self.attempts, delta.attempts)
+            for k in [k for k, n in self.attempts.items() if n == 0]:
+                del self.attempts[k]
+
+    # --- kept in a file (retrysafe metrics --textfile) ----------------------------------
+
+    def to_json(self) -> bytes:
+        return json.dumps({
+            "version": _STATE_VERSION, "identity": self.identity, "last_id": self.last_id,
+            "executions": [[*k, n] for k, n in sorted(self.executions.items())],
+            "lookups_found": self.lookups_found, "skips": self.skips, "blocks": self.blocks,
+            "attempts": [[j, s, d, n] for (j, s, d), n in sorted(self.attempts.items())],
+            "gaps": [[i, t] for i, t in sorted(self.gaps.items())],
+        }, sort_keys=True).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes) -> HistoryCounts:
+        """The counts a state file holds; nothing counted yet when it is not one."""
+        try:
+            d = json.loads(data)
+            if d.get("version") != _STATE_VERSION:
+                return cls()
+            return cls(
+                identity=d["identity"], last_id=int(d["last_id"]),
+                executions={(str(j), str(k)): int(n) for j, k, n in d["executions"]},
+                lookups_found={str(j): int(n) for j, n in d["lookups_found"].items()},
+                skips={str(j): int(n) for j, n in d["skips"].items()},
+                blocks={str(j): int(n) for j, n in d["blocks"].items()},
+                attempts={(str(j), str(s), bool(dr)): int(n) for j, s, dr, n in d["attempts"]},
+                gaps={int(i): float(t) for i, t in d["gaps"]},
+            )
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return cls()
 
 
 class LedgerCollector(Collector):
-    """Collects the ledger's figures each time it is scraped."""
+    """Collects the ledger's figures each time it is scraped; ``history`` carries
+    the counters from one scrape to the next (without it, each scrape counts the
+    whole history)."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: Ledger, history: HistoryCounts | None = None) -> None:
         self.ledger = ledger
+        self.history = history if history is not None else HistoryCounts()
 
     def collect(self) -> Iterator[Metric]:
         t0 = time.perf_counter()
-        totals = Listing(self.ledger.backend).totals()
+        listing = Listing(self.ledger.backend)
+        h = self.history.update(self.ledger)
+        with listing.backend.transaction(write=False) as tx:
+            counted = listing._outcome_counts(tx, drills=False)
         waiting = self.ledger.retention.attention_counts()
         first = self.ledger.retention.attention_page(limit=1).waiting
 
         outcomes = GaugeMetricFamily("retrysafe_outcomes", "Outcomes in the ledger, by job and state.",
                                      labels=["job", "state"])
-        jobs = sorted({job for job, _ in totals.outcomes})
+        jobs = sorted({job for job, _ in counted})
         for job in jobs:
             for state in OutcomeState:  # every state, zeros too: an alert rule sees 0, not nothing
-                outcomes.add_metric([job, state.value], totals.outcomes.get((job, state.value), 0))
+                outcomes.add_metric([job, state.value], counted.get((job, state.value), 0))
         yield outcomes
 
         attempts = GaugeMetricFamily("retrysafe_attempts", "Attempts in the ledger, by job and state "
                                      "(active, finished, superseded).", labels=["job", "state"])
-        for (job, how), n in sorted(totals.attempts.items()):
-            attempts.add_metric([job, how], n)
+        for (job, how, drill), n in sorted(h.attempts.items()):
+            if not drill:
+                attempts.add_metric([job, how], n)
         yield attempts
 
         executions = CounterMetricFamily(
             "retrysafe_executions", "Step intents written (an effect executed or a generate step "
             "produced), by job and step kind.", labels=["job", "kind"])
-        for (job, kind), n in sorted(totals.executions.items()):
+        for (job, kind), n in sorted(h.executions.items()):
             executions.add_metric([job, kind], n)
         yield executions
 
         for name, doc, values in (
             ("retrysafe_lookups_found", "Steps a lookup found done instead of executing them again.",
-             totals.lookups_found),
+             h.lookups_found),
             ("retrysafe_skips", "Later attempts that found an effect step already done (and did "
-             "not repeat it).", totals.skips),
-            ("retrysafe_blocks", "Times a step was blocked for a human.", totals.blocks),
+             "not repeat it).", h.skips),
+            ("retrysafe_blocks", "Times a step was blocked for a human.", h.blocks),
         ):
             family = CounterMetricFamily(name, doc, labels=["job"])
-            for job in jobs:
+            for job in sorted(set(jobs) | set(values)):  # a pruned job's counter stays
                 family.add_metric([job], values.get(job, 0))
             yield family
 
@@ -90,17 +247,32 @@ class LedgerCollector(Collector):
                                 value=time.perf_counter() - t0)
 
 
-def render(ledger: Ledger) -> bytes:
-    """The metrics in the Prometheus text format."""
+def render(ledger: Ledger, history: HistoryCounts | None = None) -> bytes:
+    """The metrics in the Prometheus text format; ``history`` (updated in place)
+    makes the counters incremental."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(LedgerCollector(ledger))
+    registry.register(LedgerCollector(ledger, history))
     return generate_latest(registry)
+
+
+def state_path(textfile: Path) -> Path:
+    """Where ``retrysafe metrics --textfile FILE`` keeps its counts: ``.FILE.state``
+    beside it (node-exporter reads only ``*.prom``)."""
+    return textfile.with_name(f".{textfile.name}.state")
 
 
 def write_textfile(ledger: Ledger, path: Path) -> None:
     """Write :func:`render` to ``path`` for node-exporter's textfile collector:
     a temporary file in the same folder, renamed over it, so the collector never
-    reads half a file."""
+    reads half a file. The counts carried to the next run go to
+    :func:`state_path`, written the same way, after the textfile (a run killed
+    between the two counts the same rows again next time, from the older state)."""
     from .fsio import atomic_write_bytes
 
-    atomic_write_bytes(path, render(ledger), mode=0o644)  # the collector runs as its own user
+    state = state_path(path)
+    try:
+        history = HistoryCounts.from_json(state.read_bytes())
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
+        history = HistoryCounts()
+    atomic_write_bytes(path, render(ledger, history), mode=0o644)  # the collector runs as its own user
+    atomic_write_bytes(state, history.to_json(), mode=0o600)

@@ -76,3 +76,103 @@ def test_metrics_textfile_into_a_missing_folder_is_one_line_exit_2(home: Home, t
     make_site(home)
     got = home.run("metrics", "--textfile", str(tmp_path / "no" / "such" / "file.prom"))
     assert got.returncode == 2 and got.stderr.startswith("retrysafe: cannot write")
+
+
+HISTORY = ("retrysafe_executions_total", "retrysafe_lookups_found_total", "retrysafe_skips_total",
+           "retrysafe_blocks_total", "retrysafe_attempts")
+
+
+def history(figures: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[object, float]:
+    """The counters and the attempts gauge, the figures counted incrementally (zeros left out)."""
+    return {k: v for k, v in figures.items() if k[0] in HISTORY and v}
+
+
+def recount(home: Home) -> dict[object, float]:
+    """The same figures counted afresh from the whole ledger, by the listing's own totals."""
+    from retrysafe.ledger.listing import Listing
+
+    with home.open_ledger() as ledger:
+        t = Listing(ledger.backend).totals()
+    out: dict[object, float] = {}
+    for (job, kind), n in t.executions.items():
+        out[("retrysafe_executions_total", (("job", job), ("kind", kind)))] = n
+    for name, values in (("retrysafe_lookups_found_total", t.lookups_found),
+                         ("retrysafe_skips_total", t.skips), ("retrysafe_blocks_total", t.blocks)):
+        for job, n in values.items():
+            out[(name, (("job", job),))] = n
+    for (job, state), n in t.attempts.items():
+        out[("retrysafe_attempts", (("job", job), ("state", state)))] = n
+    return {k: v for k, v in out.items() if v}
+
+
+def test_incremental_counters_equal_a_full_recount_after_more_runs(any_home: Home,
+                                                                  tmp_path: Path) -> None:
+    """The dashboard and the textfile count only the history written since their last
+    scrape; after more runs (a resolve, a skip, a new outcome, another crash and block)
+    they hold what a full recount of the ledger gives, as do a fresh
+    ``retrysafe metrics``."""
+    site = make_site(any_home)
+    textfile = tmp_path / "retrysafe.prom"
+    server = start_server(any_home)
+    try:
+        client = server.client()
+        first = history(samples(client.get("/metrics").text))
+        assert any_home.run("metrics", "--textfile", str(textfile)).returncode == 0
+        assert (tmp_path / ".retrysafe.prom.state").is_file()
+        assert first == recount(any_home)
+
+        assert any_home.run("resolve", KEY, "send", "--found", "msg-4711").returncode == 0
+        assert site.run("2026-W32").returncode == 0  # finds send done: a skip
+        assert site.run("2026-W33").returncode == 0
+        assert site.run("2026-W34", env={"RETRYSAFE_CRASH_AT": "send:after-execute"}).returncode != 0
+        assert site.run("2026-W34").returncode == 3
+
+        second = history(samples(client.get("/metrics").text))
+    finally:
+        stop_server(server)
+    assert any_home.run("metrics", "--textfile", str(textfile)).returncode == 0
+    from_file = history(samples(textfile.read_text()))
+    fresh = history(samples(any_home.run("metrics").stdout))
+    full = recount(any_home)
+    assert second == from_file == fresh == full
+    blocks = ("retrysafe_blocks_total", (("job", "report"),))
+    executions = ("retrysafe_executions_total", (("job", "report"), ("kind", "effect")))
+    assert (second[blocks], second[executions]) == (first[blocks] + 1, first[executions] + 2)
+    assert second[("retrysafe_skips_total", (("job", "report"),))] == 1
+
+
+def test_prune_never_lowers_a_counter_and_another_ledger_starts_over(home: Home,
+                                                                    tmp_path: Path) -> None:
+    """Pruning removes history rows, but a counter already counted stays (the attempts
+    gauge follows the ledger); counting goes on from there. The same textfile written
+    for another ledger (another identity) counts that ledger from scratch."""
+    site = make_site(home)
+    textfile = tmp_path / "retrysafe.prom"
+    assert home.run("metrics", "--textfile", str(textfile)).returncode == 0
+    before = history(samples(textfile.read_text()))
+
+    pruned = home.run("prune", "--older-than", "0s", "--state", "done")
+    assert pruned.returncode == 0, pruned.stderr
+    executions = ("retrysafe_executions_total", (("job", "report"), ("kind", "effect")))
+    finished = ("retrysafe_attempts", (("job", "report"), ("state", "finished")))
+    assert recount(home).get(executions, 0) < before[executions]  # the history did shrink
+
+    assert home.run("metrics", "--textfile", str(textfile)).returncode == 0
+    after = history(samples(textfile.read_text()))
+    assert {k: v for k, v in after.items() if k[0] != "retrysafe_attempts"} == \
+        {k: v for k, v in before.items() if k[0] != "retrysafe_attempts"}
+    assert after.get(finished, 0) == recount(home).get(finished, 0) < before[finished]
+
+    assert site.run("2026-W35").returncode == 0
+    assert home.run("metrics", "--textfile", str(textfile)).returncode == 0
+    later = history(samples(textfile.read_text()))
+    assert later[executions] == before[executions] + 1
+    assert later[finished] == recount(home)[finished]
+
+    other = Home(tmp_path / "other")
+    other.path.mkdir()
+    other.config("[jobs.report]\nkey = \"report:{week}\"\nparams = { week = \"isoweek\" }\n")
+    assert other.run("run", "report", "-p", "week=2026-W40", "--", "true").returncode == 0
+    assert other.run("metrics", "--textfile", str(textfile)).returncode == 0
+    theirs = history(samples(textfile.read_text()))
+    assert theirs == recount(other) == {finished: 1}

@@ -8,13 +8,14 @@ thousandth page of a ledger with a million outcomes costs what the first does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from ..keys import DRILL_MARK
 from .backend import Backend, Tx
 from .records import OutcomeRecord, outcome_from_row
 
-__all__ = ["Cursor", "Listing", "OutcomePage", "Totals"]
+__all__ = ["Cursor", "HistoryDelta", "Listing", "OutcomePage", "Totals"]
 
 
 class Cursor(NamedTuple):
@@ -45,6 +46,24 @@ class Totals(NamedTuple):
     """later attempts of an outcome that found an effect step already done"""
     blocks: dict[str, int]
     """times a step was blocked for a human"""
+
+
+class HistoryDelta(NamedTuple):
+    """What a stretch of the history (``rs_events`` rows) adds to the counters of
+    :class:`Totals`, and how it moves attempts between states."""
+
+    executions: dict[tuple[str, str], int]
+    lookups_found: dict[str, int]
+    skips: dict[str, int]
+    """attempts started in the stretch, counted by the done effect steps they found"""
+    blocks: dict[str, int]
+    attempts: dict[tuple[str, str, bool], int]
+    """the change of attempts by ``(job, attempt state, drill)``: +1 to a state an
+    attempt entered, -1 from the one it left"""
+
+
+_FOUND = "found by %"
+_DRILL = f"CASE WHEN o.key LIKE '%{DRILL_MARK}%' THEN 1 ELSE 0 END"
 
 
 class Listing:
@@ -160,3 +179,95 @@ class Listing:
                     " JOIN rs_outcomes o ON o.key = e.outcome_key"
                     f" WHERE e.kind = 'step' AND e.to_state = 'blocked'{drill} GROUP BY o.job"),
             )
+
+    # --- the history, counted a stretch at a time (metrics.HistoryCounts) -------------
+
+    def horizon(self) -> tuple[int, int]:
+        """The highest history row id and the number of attempts, in one statement
+        (one snapshot): what the history has reached and what it should account for."""
+        with self.backend.transaction(write=False) as tx:
+            row = tx.one("SELECT (SELECT MAX(id) FROM rs_events) AS hw,"
+                         " (SELECT COUNT(*) FROM rs_attempts) AS n")
+        return (int(row["hw"] or 0), int(row["n"] or 0)) if row else (0, 0)
+
+    def attempt_counts(self) -> tuple[dict[tuple[str, str, bool], int], int]:
+        """Attempts by ``(job, attempt state, drill)`` and the highest history row id
+        they account for, read in one statement. Reads every attempt: done once,
+        then kept up to date with :meth:`history_delta`."""
+        with self.backend.transaction(write=False) as tx:
+            rows = tx.rows(
+                f"SELECT o.job AS job, t.state AS state, {_DRILL} AS drill, COUNT(*) AS n,"
+                " (SELECT MAX(id) FROM rs_events) AS hw FROM rs_attempts t"
+                " JOIN rs_outcomes o ON o.key = t.outcome_key GROUP BY 1, 2, 3")
+            if not rows:  # no attempt: nothing to keep in step with the history
+                top = tx.one("SELECT MAX(id) AS hw FROM rs_events")
+                return {}, int(top["hw"] or 0) if top else 0
+        return ({(r["job"], r["state"], bool(r["drill"])): int(r["n"]) for r in rows},
+                max(int(r["hw"] or 0) for r in rows))
+
+    def event_ids(self, after: int, upto: int) -> list[int]:
+        """The ids of the history rows in ``(after, upto]`` (a range of the primary key)."""
+        with self.backend.transaction(write=False) as tx:
+            return [int(r["id"]) for r in tx.rows(
+                "SELECT id FROM rs_events WHERE id > ? AND id <= ? ORDER BY id", (after, upto))]
+
+    def present(self, ids: Sequence[int]) -> list[int]:
+        """Which of ``ids`` the history holds."""
+        if not ids:
+            return []
+        with self.backend.transaction(write=False) as tx:
+            return [int(r["id"]) for r in tx.rows(
+                f"SELECT id FROM rs_events WHERE id IN ({', '.join('?' * len(ids))})", tuple(ids))]
+
+    def history_delta(self, *, after: int = 0, upto: int = 0, ids: Sequence[int] | None = None,
+                      attempts: bool = True, drills: bool = False) -> HistoryDelta:
+        """What the history rows with an id in ``(after, upto]`` (or, given ``ids``,
+        those rows) add to the counters: a range of the primary key, each row joined
+        to its outcome (and step, attempt) by their keys, so the cost follows the
+        rows asked for, not the size of the ledger. ``attempts``: also how the
+        rows moved attempts between states."""
+        delta = HistoryDelta({}, {}, {}, {}, {})
+        if ids is not None:
+            if not ids:
+                return delta
+            span, sp = f"e.id IN ({', '.join('?' * len(ids))})", tuple(ids)
+        elif upto <= after:
+            return delta
+        else:
+            span, sp = "e.id > ? AND e.id <= ?", (after, upto)
+        nodrill = "" if drills else f" AND o.key NOT LIKE '%{DRILL_MARK}%'"
+        with self.backend.transaction(write=False) as tx:
+            if attempts:
+                for r in tx.rows(
+                    f"SELECT o.job AS job, {_DRILL} AS drill, e.from_state AS frm,"
+                    " e.to_state AS tos, COUNT(*) AS n FROM rs_events e"
+                    f" JOIN rs_outcomes o ON o.key = e.outcome_key WHERE {span}"
+                    " AND e.kind = 'attempt' GROUP BY 1, 2, 3, 4", sp):
+                    for state, sign in ((r["frm"], -1), (r["tos"], 1)):
+                        if state:
+                            k = (r["job"], state, bool(r["drill"]))
+                            delta.attempts[k] = delta.attempts.get(k, 0) + sign * int(r["n"])
+            for r in tx.rows(
+                "SELECT o.job AS job, s.kind AS kind, COUNT(*) AS n FROM rs_events e"
+                " JOIN rs_steps s ON s.step_key = e.step_key"
+                " JOIN rs_outcomes o ON o.key = e.outcome_key"
+                f" WHERE {span} AND e.kind = 'step' AND e.to_state = 'running'{nodrill}"
+                " GROUP BY o.job, s.kind", sp):
+                delta.executions[(r["job"], r["kind"])] = int(r["n"])
+            for into, cond in ((delta.lookups_found, f"e.to_state = 'done' AND e.reason LIKE '{_FOUND}'"),
+                               (delta.blocks, "e.to_state = 'blocked'")):
+                for r in tx.rows(
+                    "SELECT o.job AS job, COUNT(*) AS n FROM rs_events e"
+                    " JOIN rs_outcomes o ON o.key = e.outcome_key"
+                    f" WHERE {span} AND e.kind = 'step' AND {cond}{nodrill} GROUP BY o.job", sp):
+                    into[r["job"]] = int(r["n"])
+            for r in tx.rows(
+                "SELECT o.job AS job, COUNT(*) AS n FROM rs_events e"
+                " JOIN rs_attempts t ON t.id = e.attempt_id"
+                " JOIN rs_steps s ON s.outcome_key = e.outcome_key"
+                " JOIN rs_outcomes o ON o.key = e.outcome_key"
+                f" WHERE {span} AND e.kind = 'attempt' AND e.to_state = 'active'"
+                " AND s.kind = 'effect' AND s.state = 'done' AND t.started_at > s.updated_at"
+                f"{nodrill} GROUP BY o.job", sp):
+                delta.skips[r["job"]] = int(r["n"])
+        return delta

@@ -103,6 +103,9 @@ class _Dashboard:
         self.settings = settings
         self.guard = Guard(settings.token)
         self.env = _environment()
+        from ..metrics import HistoryCounts
+
+        self.history = HistoryCounts()  # the counters, carried from one scrape to the next
 
     # --- rendering -------------------------------------------------------------------
 
@@ -222,7 +225,7 @@ class _Dashboard:
     def metrics(self, request: Request) -> Response:
         from ..metrics import render
 
-        return Response(render(self.engine.existing_ledger()),
+        return Response(render(self.engine.existing_ledger(), self.history),
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 
     # --- actions ----------------------------------------------------------------------
