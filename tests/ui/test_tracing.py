@@ -39,3 +39,27 @@ def test_without_a_configured_tracer_the_command_gets_no_traceparent(home: Home,
     seen = tmp_path / "traceparent"
     got = home.run("run", "t", "-p", "n=2", "--", "sh", "-c", f'printf %s "${{TRACEPARENT-none}}" > {seen}')
     assert got.returncode == 0 and seen.read_text() == "none" and "retrysafe.attempt" not in got.stderr
+
+
+def test_a_step_is_a_span_in_its_attempt_s_trace(home: Home, tmp_path: Path) -> None:
+    """``retrysafe step`` inside the run: a ``retrysafe.step`` span with the outcome and
+    step keys and the effect class, a child of the attempt's span."""
+    import sys
+
+    home.path.mkdir()
+    home.config('[jobs.t]\nkey = "t:{n}"\nparams = { n = "slug" }\n')
+    got = home.run("run", "t", "-p", "n=3", "--", sys.executable, "-m", "retrysafe", "step", "send",
+                   "--class", "message", "--", "echo", "m-1",
+                   env={"OTEL_TRACES_EXPORTER": "console"})
+    assert got.returncode == 0, got.stderr
+    spans, text, decoder = [], got.stderr, json.JSONDecoder()
+    while (start := text.find("{")) >= 0:
+        span, end = decoder.raw_decode(text[start:])
+        spans.append(span)
+        text = text[start + end:]
+    by_name = {s["name"]: s for s in spans}
+    step, attempt = by_name["retrysafe.step"], by_name["retrysafe.attempt"]
+    assert step["attributes"] == {"retrysafe.outcome_key": "t:3", "retrysafe.step_key": "t:3/send",
+                                  "retrysafe.effect_class": "message"}
+    assert step["parent_id"] == attempt["context"]["span_id"]
+    assert step["context"]["trace_id"] == attempt["context"]["trace_id"]

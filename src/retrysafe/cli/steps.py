@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
-from .. import envvars
+from .. import envvars, tracing
 from ..attempt import Run
 from ..connectors import build_connector
 from ..connectors.base import ABSENT, Ambiguous, EffectFailed, Found, LookupResult
@@ -396,17 +396,19 @@ def step(name: str, effect_class: str | None, item: str | None, check: str | Non
     if connector:
         conn = build_connector(connector, engine.config.connector_table(connector))
         data = _payload(payload_file, with_pairs)
-        evidence = run.effect(name, effect_class, connector=conn, connector_name=connector,
-                              execute=drill_faults(name, lambda skey: conn.execute(skey, data)),
-                              payload=data, item=item, allow_update=allow_update)
+        with tracing.step_span(run.key, step_key(run.key, name, item), str(effect_class)):
+            evidence = run.effect(name, effect_class, connector=conn, connector_name=connector,
+                                  execute=drill_faults(name, lambda skey: conn.execute(skey, data)),
+                                  payload=data, item=item, allow_update=allow_update)
     else:
         step_limit = timeout if timeout is not None else run.job.step_timeout
         check_limit = timeout if timeout is not None else run.job.check_timeout
         execute = command_execute(cmd, env, output_file(run, name, item), step_limit)
         lookup = shell_lookup(check, env, output_file(run, name, item, ".check.out"),
                               check_limit) if check else None
-        evidence = run.effect(name, effect_class, execute=drill_faults(name, execute),
-                              lookup=lookup, item=item, check=check)
+        with tracing.step_span(run.key, step_key(run.key, name, item), str(effect_class)):
+            evidence = run.effect(name, effect_class, execute=drill_faults(name, execute),
+                                  lookup=lookup, item=item, check=check)
     if as_json:
         emit_json({"key": run.key, "step": name, "item": item, "step_key": step_key(run.key, name, item),
                    "state": StepState.DONE.value, "evidence": evidence, "attempt": run.number})
