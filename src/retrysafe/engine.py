@@ -231,6 +231,27 @@ class Engine:
             self._mark_superseded(spec.name, claim.superseded)
         return Start(claim.status, key, claim.outcome, run, claim, unblock)
 
+    def note_answer(self, begun: Start, context: Mapping[str, str]) -> None:
+        """Put a run that started no attempt (``done`` or ``busy``) into the outcome's
+        history: an ``answer`` event, its actor the runner that asked (``openclaw:command``,
+        else ``run``), its reason the answer with the asking process and any scheduler run
+        id, so a scheduler's run history joins ours. One write transaction; the ``step``
+        fast path never comes here."""
+        holder = this_holder()
+        who = f"pid {holder.pid} on {holder.host}"
+        if context.get("openclaw_run_id"):
+            who += f", openclaw run {context['openclaw_run_id']}"
+        if begun.status is ClaimStatus.DONE:
+            answer, said = "done", "already done; nothing ran"
+        else:
+            held = begun.claim.attempt
+            answer = "busy"
+            said = f"held by attempt {held.number}; nothing ran" if held else "busy; nothing ran"
+        ledger = self.ledger
+        with ledger.backend.transaction() as tx:
+            ledger._log(tx, begun.key, kind="answer", frm=begun.outcome.state, to=answer,
+                        actor=context.get("runner") or "run", reason=f"{said} ({who})")
+
     def _repair_folders(self, job: str, key: str, current: int) -> None:
         """Rewrite the earlier attempts' ``status.json`` from the ledger where a crash
         left it torn or stale.

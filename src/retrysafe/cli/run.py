@@ -113,6 +113,10 @@ def run_job(engine: Engine, job_name: str, params: Mapping[str, str], cmd: Seque
                               "state": begun.outcome.state, "attempt": None, "reason": "",
                               "unblock": ""}
     if begun.status is ClaimStatus.DONE:
+        if context.get("runner") or context.get("openclaw_run_id"):
+            # a scheduler's re-run: its history and ours join on this event (one write);
+            # a re-run from a shell keeps the one-read answer
+            engine.note_answer(begun, recorded)
         _finish(result, [f"done: {key} is already done; nothing to do"], EXIT_DONE, as_json)
     refusal = begun.refusal()
     if isinstance(refusal, OutcomeBlocked):
@@ -120,6 +124,8 @@ def run_job(engine: Engine, job_name: str, params: Mapping[str, str], cmd: Seque
         _finish(result, [f"blocked: {key}: {refusal.reason}", f"to unblock: {refusal.unblock}"],
                 EXIT_BLOCKED, as_json)
     if refusal is not None:
+        if begun.status is ClaimStatus.BUSY:
+            engine.note_answer(begun, recorded)
         result["reason"] = refusal.message
         _finish(result, [f"busy: {refusal.message}"], refusal.exit_code, as_json)
     attempt_run = begun.run
