@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ..ages import parse_age
-from ..errors import EXIT_BLOCKED, EXIT_BUSY, EXIT_DONE, EXIT_FAILED, ConfigError, InvalidInput
+from ..errors import EXIT_BLOCKED, EXIT_BUSY, EXIT_DONE, EXIT_FAILED, InvalidInput
 from ..keys import parse_assignments
 from ..schedule import Schedule
 from ._common import emit_json, json_option, params_option, state, table
@@ -87,28 +87,19 @@ def missed(
         raise click.UsageError(f"unexpected argument {cmd[0]!r} (to run the missed ones: --run -- CMD)")
     if run_them and as_json:
         raise click.UsageError("--run and --json cannot be combined")
+    from ..missed import missed_occurrences, occurrence_param
+
     engine = state().engine
     job = engine.config.job(job_name)
-    occurrence_params = [n for n, t in job.params.items() if t == "occurrence"]
-    if not job.schedule or not occurrence_params:
-        raise ConfigError(f"job {job_name!r} has no schedule and occurrence parameter to backfill")
-    name = occurrence_params[0]
-    schedule = Schedule.parse(job.schedule, job.tz)
+    name, schedule = occurrence_param(engine, job_name)
     start = _instant(since, schedule, "--since")
     end = _instant(until, schedule, "--until") if until else datetime.now(UTC)
     if until and len(until) == 10:
         end += timedelta(days=1) - timedelta(microseconds=1)  # the whole last day
     given = parse_assignments(params)
-    rows: list[dict[str, Any]] = []
-    for occ in schedule.between(start, end):
-        text = schedule.format(occ)
-        _, key, _ = engine.outcome_key(job_name, {**given, name: text})
-        out = engine.ledger.outcome(key)
-        status = out.state if out else "missing"
-        if show_all or status != "done":
-            rows.append(
-                {"occurrence": text, "key": key, "state": status, "reason": out.reason if out else ""}
-            )
+    rows: list[dict[str, Any]] = [
+        {"occurrence": r.occurrence, "key": r.key, "state": r.state, "reason": r.reason}
+        for r in missed_occurrences(engine, job_name, start, end, given, show_all=show_all)]
     if job.notify is not None:  # each missed occurrence is notified once; never raises
         from ..notify import notify_missed
 

@@ -165,7 +165,13 @@ class _Dashboard:
         items, nxt = attention_page(self.engine, after=after, limit=_PAGE)
         counts = self.engine.existing_ledger().retention.attention_counts()
         total = max(sum(counts.values()), len(items))
-        return self.page("attention.html", items=items, total=total, first=after is None,
+        missed = []
+        if after is None:  # scheduled slots of the last week that never ran, on the first page
+            from ..missed import recent_missing
+
+            missed = recent_missing(self.engine)
+        return self.page("attention.html", items=items, total=total + len(missed),
+                         missed=missed, first=after is None,
                          next_query=urlencode({"after": f"{nxt.updated_at!r}:{nxt.key}"})
                          if nxt is not None else None, nav="attention")
 

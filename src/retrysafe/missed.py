@@ -1,0 +1,93 @@
+"""Scheduled occurrences of a job that never reached ``done``: what ``retrysafe
+missed`` lists and what the dashboard's landing page shows under "missed".
+
+An occurrence is a slot of the job's schedule (:mod:`retrysafe.schedule`, which
+matches the scheduler's own handling of daylight-saving days); its outcome key
+is the job's key with the slot as its ``occurrence`` parameter. The ledger says
+what became of it; no outcome at all means it never ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .schedule import Schedule
+
+__all__ = ["MissedSlot", "Occurrence", "missed_occurrences", "occurrence_param", "recent_missing"]
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    occurrence: str
+    key: str
+    state: str
+    """the outcome's state, or ``missing``: it never ran"""
+    reason: str
+
+
+@dataclass(frozen=True)
+class MissedSlot:
+    """A slot that never ran, and the command that runs it (CMD: the job's own)."""
+
+    job: str
+    occurrence: Occurrence
+    command: str
+
+
+def occurrence_param(engine: Engine, job_name: str) -> tuple[str, Schedule]:
+    """The job's occurrence parameter and schedule; a job without both is refused."""
+    from .schedule import Schedule
+
+    job = engine.config.job(job_name)
+    names = [n for n, t in job.params.items() if t == "occurrence"]
+    if not job.schedule or not names:
+        raise ConfigError(f"job {job_name!r} has no schedule and occurrence parameter to backfill")
+    return names[0], Schedule.parse(job.schedule, job.tz)
+
+
+def missed_occurrences(engine: Engine, job_name: str, start: datetime, end: datetime,
+                       given: Mapping[str, str], *, show_all: bool = False) -> list[Occurrence]:
+    """The job's occurrences between ``start`` and ``end`` that are not done (with
+    ``show_all``, every one), oldest first."""
+    name, schedule = occurrence_param(engine, job_name)
+    ledger = engine.ledger
+    rows = []
+    for occ in schedule.between(start, end):
+        text = schedule.format(occ)
+        _, key, _ = engine.outcome_key(job_name, {**given, name: text})
+        out = ledger.outcome(key)
+        status = out.state if out else "missing"
+        if show_all or status != "done":
+            rows.append(Occurrence(text, key, str(status), out.reason if out else ""))
+    return rows
+
+
+def recent_missing(engine: Engine, *, days: float = 7, grace: timedelta = timedelta(minutes=15),
+                   now: datetime | None = None) -> list[MissedSlot]:
+    """Every slot of the last ``days`` that never ran, of the scheduled jobs whose
+    only parameter is their occurrence (the last ``grace`` left out: a run may be
+    starting), oldest first. Jobs with other parameters are left out: which values
+    they run with is not known here."""
+    from shlex import quote
+
+    now = now or datetime.now(UTC)
+    found: list[MissedSlot] = []
+    for job_name, job in sorted(engine.config.jobs.items()):
+        if not job.schedule or list(job.params.values()) != ["occurrence"]:
+            continue
+        param = next(iter(job.params))
+        try:
+            rows = missed_occurrences(engine, job_name, now - timedelta(days=days), now - grace, {})
+        except (ConfigError, ValueError):
+            continue
+        found += [MissedSlot(job_name, r, f"retrysafe run {quote(job_name)} -p "
+                             f"{quote(f'{param}={r.occurrence}')} -- CMD")
+                  for r in rows if r.state == "missing"]
+    return sorted(found, key=lambda slot: slot.occurrence.occurrence)
