@@ -104,7 +104,7 @@ def test_the_readme_shows_the_fault_points_of_a_real_run(folder: Path) -> None:
     (counts after the kill and after the re-run) is the one in the README."""
     proc = subprocess.run([sys.executable, str(REAL / "fault_points.py"), str(folder)],
                           capture_output=True, text=True, timeout=600,
-                          env=example_env(folder / "unused-home"), check=False)
+                          env=example_env(folder), check=False)  # it makes a home of its own
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| 1 ") or
             line.startswith("| 2 ") or line.startswith("| 3 ")]
