@@ -10,9 +10,10 @@ bytecode, as an installed package has):
   the command, close-out).
 
 Targets (issue "performance"): the first three under 4x ``python -c pass``,
-a new outcome under 6x.
+a new outcome under 6x. With ``--full`` the first three are also timed through
+the full command line (``retrysafe.cli.main``, no fast path), in the same rounds.
 
-    python bench/cli_latency.py [--runs 20]
+    python bench/cli_latency.py [--runs 20] [--full]
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--runs", type=int, default=20, help="timed runs per command (default 20)")
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--full", action="store_true",
+                    help="also time run (done), status and history through the full CLI")
     ap.add_argument("--json", metavar="FILE", help="also write the result as JSON")
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="retrysafe-cli-"))
@@ -61,6 +64,13 @@ def main(argv: list[str] | None = None) -> int:
             "run_new": new_outcome,
             "bare": lambda: [sys.executable, "-c", "pass"],
         }
+        full = [sys.executable, "-c", "import sys; from retrysafe.cli import main; main(sys.argv[1:])"]
+        if args.full:
+            commands.update({
+                "run_done_full": lambda: [*full, "run", "bench", "-p", "run=done", "--", "true"],
+                "status_full": lambda: [*full, "status", "bench:done"],
+                "history_full": lambda: [*full, "history", "bench:done"],
+            })
         for _ in range(args.warmup):
             for make in commands.values():
                 timed(make(), env)
@@ -85,6 +95,12 @@ def main(argv: list[str] | None = None) -> int:
                                     "all_ms": [t * 1000 for t in times[name]]}
         print(f"  {name:<9} {ms:7.1f} ms  {ratio:5.1f}x  ({verdict(ratio, target, False)} "
               f"< {target:g}x)")
+    for name in [n for n in times if n.endswith("_full")]:
+        ratio = paired_ratio(times[name], times["bare"])
+        ms = median(times[name]) * 1000
+        result["commands"][name] = {"label": LABELS[name[:-5]] + ", full CLI", "ms": ms,
+                                    "ratio": ratio, "all_ms": [t * 1000 for t in times[name]]}
+        print(f"  {name:<14} {ms:7.1f} ms  {ratio:5.1f}x  (no fast path)")
     write_json(args.json, result)
     log("")
     return 0

@@ -19,6 +19,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 @pytest.mark.parametrize(("script", "args"), [
     ("guarded_effect.py", ["--effects", "5", "--rounds", "1"]),
     ("skip_latency.py", ["--runs", "2", "--warmup", "1"]),
+    ("cli_latency.py", ["--runs", "1", "--warmup", "1"]),
     ("dashboard.py", ["--outcomes", "300", "--rounds", "1"]),
     ("per_outcome.py", ["--keys", "2", "--rounds", "1", "--no-pg", "--no-counts"]),
 ])

@@ -1,10 +1,14 @@
 """The ``retrysafe`` executable.
 
 Re-running a job re-runs every ``retrysafe step`` in it, and most of those
-steps are already done. That answer comes from :mod:`retrysafe.donestep`, so
-it is given here without loading the command-line framework; everything else
-(and any doubt) goes to the full CLI in :mod:`retrysafe.cli`, whose ``step``
-command asks :mod:`retrysafe.donestep` first: one answer either way.
+steps are already done; a cron line re-runs ``retrysafe run JOB -p ... -- CMD``
+on an outcome that is already done; ``status`` and ``history`` only read.
+Those answers come from :mod:`retrysafe.donestep` (the text of ``status`` and
+``history`` from :mod:`retrysafe.readout`, which the full commands print too),
+so they are given here without loading the command-line framework or the
+engine; everything else (and any doubt) goes to the full CLI in
+:mod:`retrysafe.cli`, whose ``step`` command asks :mod:`retrysafe.donestep`
+first: one answer either way.
 """
 
 from __future__ import annotations
@@ -59,10 +63,55 @@ def _done_step_evidence(argv: list[str]) -> str | None:
     )
 
 
+def _outcome_text(argv: list[str]) -> str | None:
+    """What ``[GLOBAL OPTIONS] status KEY``, ``history KEY`` or ``run JOB [-p N=V]... --
+    CMD...`` prints when the answer is read from the ledger alone, or ``None``
+    (any other form, ``--json`` included, takes the CLI)."""
+    at = next((i for i, a in enumerate(argv) if a in ("status", "history", "run")), None)
+    flags = None if at is None else _options(argv[:at], _GLOBAL_OPTIONS)
+    if at is None or flags is None:
+        return None
+    where = {"home": flags.get("--home"), "config": flags.get("--config"),
+             "ledger": flags.get("--ledger")}
+    command, rest = argv[at], argv[at + 1:]
+    from . import donestep
+
+    if command != "run":
+        if len(rest) != 1 or rest[0].startswith("-"):
+            return None
+        read = donestep.status_text if command == "status" else donestep.history_text
+        return read(rest[0], **where)
+    if "--" not in rest or rest[-1] == "--":
+        return None  # no CMD after "--"
+    sep = rest.index("--")
+    params = [] if sep == 1 else _repeated(rest[1:sep], ("-p", "--param"))
+    if sep == 0 or rest[0].startswith("-") or params is None:
+        return None
+    return donestep.done_outcome_line(rest[0], params, rest[sep + 1], **where)
+
+
+def _repeated(tokens: list[str], names: tuple[str, ...]) -> list[str] | None:
+    """The values of ``NAME VALUE`` / ``--long=VALUE`` pairs, each NAME one of
+    ``names`` (repeatable); else ``None``."""
+    values, i = [], 0
+    while i < len(tokens):
+        opt, eq, value = tokens[i].partition("=") if tokens[i].startswith("--") else (
+            tokens[i], "", "")
+        if opt not in names or (not eq and i + 1 == len(tokens)):
+            return None
+        if not eq:
+            i, value = i + 1, tokens[i + 1]
+        values.append(value)
+        i += 1
+    return values
+
+
 def main() -> None:
-    evidence = _done_step_evidence(sys.argv[1:])
-    if evidence is not None:
-        sys.stdout.write(evidence + "\n")
+    argv = sys.argv[1:]
+    text = _done_step_evidence(argv)
+    text = text + "\n" if text is not None else _outcome_text(argv)
+    if text is not None:
+        sys.stdout.write(text)
         sys.exit(0)
     from .cli import main as cli_main
 

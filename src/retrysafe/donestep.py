@@ -26,6 +26,8 @@ file, the step's job must be declared there, as ``Engine.attach`` requires.
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,8 @@ from . import envvars
 from .errors import ConfigError
 from .location import config_file, ledger_settings, named_ledger, read_toml, resolve_home
 
-__all__ = ["Location", "done_step_evidence", "locate"]
+__all__ = ["Location", "done_outcome_line", "done_step_evidence", "history_text", "locate",
+           "status_text"]
 
 
 class Location:
@@ -53,23 +56,26 @@ class Location:
 
 
 def locate(home: str | None = None, config: str | None = None,
-           ledger: str | None = None) -> Location | None:
+           ledger: str | None = None, *, read_config: bool = False) -> Location | None:
     """The home, config file and ledger, by :mod:`retrysafe.location`'s precedence;
     ``None`` where :func:`retrysafe.config.load_config` would refuse the file (the
-    full command reports it). The file is read only when neither ``ledger`` nor
-    ``RETRYSAFE_LEDGER`` names the ledger."""
+    full command reports it). The file is read only when ``read_config`` or when
+    neither ``ledger`` nor ``RETRYSAFE_LEDGER`` names the ledger; once read, a
+    ``[connectors]`` or ``[notify]`` table the full parse would judge is doubt."""
     home_path = resolve_home(home)
     config_path = config_file(home_path, config)
     url = named_ledger(ledger)
-    if url:
+    if url and not read_config:
         return Location(home_path, config_path, url, "full", None)
     try:
         raw = read_toml(config_path)
-        url, sync = ledger_settings(raw, config_path, home_path)
+        url, sync = ledger_settings(raw, config_path, home_path, ledger)
     except ConfigError:
         return None
     jobs = raw.get("jobs", {})
-    if not isinstance(jobs, dict):
+    if not isinstance(jobs, dict) or (read_config and (
+            "connectors" in raw or "notify" in raw
+            or not all(isinstance(t, dict) and "notify" not in t for t in jobs.values()))):
         return None
     return Location(home_path, config_path, url, sync, jobs)
 
@@ -130,3 +136,123 @@ def done_step_evidence(
     except Exception:  # noqa: BLE001 - any doubt: the full command decides and reports
         return None
     return evidence
+
+
+# -- reading an outcome: `retrysafe run` on a done outcome, `status`, `history` ---------
+
+
+def _outcome_answer(home: str | None, config: str | None, ledger: str | None, *, write: bool,
+                    answer: Callable[[Location, Any], list[str] | None]) -> str | None:
+    """``answer(where, ledger)``'s lines as the text the full command prints, or ``None``.
+
+    What the full command checks before it reads is checked here, and any doubt
+    is ``None``: the whole config file is read (the full command loads it); the
+    ledger is a SQLite file that exists (a PostgreSQL ledger takes the full
+    command: its driver costs more than the answer saves); the home's
+    ``runs/.ledger-id`` names this ledger (:func:`retrysafe.identity.check_home`).
+    With ``write`` (``retrysafe run``, which opens the ledger for writing) the
+    home and its ``runs/`` exist and are writable and the mark is there, so the
+    full command would create and record nothing either.
+    """
+    if envvars.CRASH_AT in os.environ:
+        return None
+    try:
+        where = locate(home, config, ledger, read_config=True)
+        if where is None or not where.ledger_url.startswith("sqlite:"):
+            return None
+        runs = where.home / "runs"
+        if write and not (runs.is_dir() and not runs.is_symlink()
+                          and os.access(where.home, os.W_OK | os.X_OK)):
+            return None
+        from .identity import _recorded, ledger_identity
+        from .ledger import open_ledger
+
+        with open_ledger(where.ledger_url, sqlite_synchronous=where.sqlite_synchronous,
+                         must_exist=True) as book:
+            recorded = _recorded(runs)
+            if (recorded is None and write) or (
+                    recorded is not None and recorded != ledger_identity(book, create=False)):
+                return None
+            lines = answer(where, book)
+        if lines is None:
+            return None
+        text = "".join(line + "\n" for line in lines)
+        text.encode(sys.stdout.encoding or "utf-8")  # else the full command decides
+    except Exception:  # noqa: BLE001 - any doubt: the full command decides and reports
+        return None
+    return None if "\x1b" in text else text  # click.echo strips escapes off a pipe
+
+
+def status_text(key: str, *, home: str | None = None, config: str | None = None,
+                ledger: str | None = None) -> str | None:
+    """What ``retrysafe status KEY`` prints, or ``None`` (a blocked outcome, whose
+    unblock hint the engine writes, and an unknown key take the full command)."""
+    from .readout import status_lines
+
+    def answer(where: Location, book: Any) -> list[str] | None:
+        out = book.outcome(key)
+        if out is None or out.state == "blocked":
+            return None
+        return status_lines(where.home, out, book.attempts(key), book.steps(key))
+
+    return _outcome_answer(home, config, ledger, write=False, answer=answer)
+
+
+def history_text(key: str, *, home: str | None = None, config: str | None = None,
+                 ledger: str | None = None) -> str | None:
+    """What ``retrysafe history KEY`` prints, or ``None`` (an unknown key, or a job's name)."""
+    from .readout import history_lines
+
+    def answer(where: Location, book: Any) -> list[str] | None:
+        return None if book.outcome(key) is None else history_lines(key, book.history(key))
+
+    return _outcome_answer(home, config, ledger, write=False, answer=answer)
+
+
+def done_outcome_line(job: str, params: list[str], command: str, *, home: str | None = None,
+                      config: str | None = None, ledger: str | None = None) -> str | None:
+    """What ``retrysafe run JOB -p ... -- COMMAND`` prints when the outcome is done, or ``None``.
+
+    The key comes from the job's template and parameters as ``Job.outcome_key``
+    derives it; a job with an ``occurrence`` parameter (resolved from its
+    schedule), a drill trial, a missing or unknown parameter take the full
+    command, as does a command it would not find (``retrysafe run`` refuses one
+    before it reads the outcome).
+    """
+    if envvars.DRILL_TRIAL in os.environ or not _startable(command):
+        return None
+    from . import keys
+
+    def answer(where: Location, book: Any) -> list[str] | None:
+        table = (where.jobs or {}).get(job)
+        declared = table.get("params", {}) if isinstance(table, dict) else None
+        template = table.get("key") if isinstance(table, dict) else None
+        given = keys.parse_assignments(params)
+        if (not isinstance(declared, dict) or not isinstance(template, str)
+                or set(given) != set(declared)
+                or not all(isinstance(t, str) and t in keys.PARAM_TYPES
+                           for t in declared.values())):
+            return None
+        key = keys.render_key(template, {name: keys.validate_param(name, type_name, given[name])
+                                         for name, type_name in declared.items()})
+        out = book.outcome(key)
+        if out is None or out.state != "done" or out.job != job:
+            return None
+        return [f"done: {key} is already done; nothing to do"]
+
+    return _outcome_answer(home, config, ledger, write=True, answer=answer)
+
+
+def _startable(argv0: str) -> bool:
+    """``retrysafe run``'s check that its command can start (``cli.run``): a path is
+    an executable file; a name is found on ``PATH`` as :func:`shutil.which` finds it
+    (``shutil`` itself imports the compression modules). ``False`` also means doubt."""
+    if os.sep in argv0:
+        path = Path(os.getcwd()) / argv0
+        return path.is_file() and os.access(path, os.X_OK)
+    search = os.environ.get("PATH")
+    for folder in search.split(os.pathsep) if search else ():
+        name = os.path.join(folder, argv0)
+        if os.path.exists(name) and os.access(name, os.X_OK) and not os.path.isdir(name):
+            return True
+    return False

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from .errors import InvalidInput
 from .ledger import Ledger
-from .ledger.conninfo import mask
 
 __all__ = ["MARK", "LedgerMismatch", "check_home", "ledger_identity", "record_identity"]
 
@@ -87,6 +86,8 @@ def check_home(home: Path, ledger: Ledger, url: str, *, write: bool) -> None:
     identity = ledger_identity(ledger, create=write)
     if recorded is not None and recorded == identity:
         return
+    from .ledger.conninfo import mask  # only to name a refused ledger (it imports dataclasses)
+
     where = mask(url)
     if recorded is not None:
         raise LedgerMismatch(

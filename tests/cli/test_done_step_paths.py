@@ -257,3 +257,122 @@ def test_done_step_finds_the_ledger_by_the_config_precedence(
         settings.home, settings.config_path, settings.ledger_url)
     if found.jobs is not None:  # the file was read: the ledger's name came from it
         assert found.sqlite_synchronous == settings.sqlite_synchronous
+
+
+# -- `run` on a done outcome, `status`, `history`: the same two paths ------------------
+
+# id, environment, arguments, expected exit code of both paths (stdout compared between them)
+OUTCOME_CASES: list[tuple[str, str, tuple[str, ...], int]] = [
+    ("run, outcome done", "begin", ("run", "weekly", "-p", "week=2026-W30", "--", "true"), 0),
+    ("run, outcome done, --param=", "begin",
+     ("run", "weekly", "--param=week=2026-W30", "--", "true"), 0),
+    ("run, outcome done, week misspelt", "begin",
+     ("run", "weekly", "-p", "week=2026-w30", "--", "true"), 2),
+    ("run, outcome done, --json", "begin",
+     ("run", "weekly", "-p", "week=2026-W30", "--json", "--", "true"), 0),
+    ("run, outcome done, --home flag", "none",
+     ("--home", "{home}", "run", "weekly", "-p", "week=2026-W30", "--", "true"), 0),
+    ("run, outcome done, command not found", "begin",
+     ("run", "weekly", "-p", "week=2026-W30", "--", "no-such-command-here"), 2),
+    ("run, unknown parameter", "begin",
+     ("run", "weekly", "-p", "week=2026-W30", "-p", "day=1", "--", "true"), 2),
+    ("run, bad parameter", "begin", ("run", "weekly", "-p", "week=soon", "--", "true"), 2),
+    ("run, job no longer declared", "begin-nojob",
+     ("run", "weekly", "-p", "week=2026-W30", "--", "true"), 2),
+    ("run, config unreadable", "begin-broken",
+     ("run", "weekly", "-p", "week=2026-W30", "--", "true"), 2),
+    ("run, another ledger", "begin-otherledger",
+     ("run", "weekly", "-p", "week=2026-W30", "--", "true"), 2),
+    ("status, done", "begin", ("status", "weekly:2026-W30"), 0),
+    ("status, failed", "begin", ("status", "other:2026-W30"), 0),
+    ("status, running, steps and evidence", "begin", ("status", "weekly:2026-W32"), 0),
+    ("status, --ledger and --config flags", "none",
+     ("--home", "{home}", "--ledger", "sqlite:///{home}/ledger.sqlite3", "--config",
+      "{home}/retrysafe.toml", "status", "weekly:2026-W30"), 0),
+    ("status, --json", "begin", ("status", "weekly:2026-W30", "--json"), 0),
+    ("status, job no longer declared", "begin-nojob", ("status", "weekly:2026-W30"), 0),
+    ("status, a job's name", "begin", ("status", "weekly"), 2),
+    ("status, unknown key", "begin", ("status", "weekly:1999-W01"), 2),
+    ("status, config unreadable", "begin-broken", ("status", "weekly:2026-W30"), 2),
+    ("status, another ledger", "begin-otherledger", ("status", "weekly:2026-W30"), 2),
+    ("status, no ledger", "begin-noledger", ("status", "weekly:2026-W30"), 2),
+    ("history, done", "begin", ("history", "weekly:2026-W30"), 0),
+    ("history, running", "begin", ("history", "weekly:2026-W32"), 0),
+    ("history, --json", "begin", ("history", "weekly:2026-W30", "--json"), 0),
+    ("history, a job's name", "begin", ("history", "weekly"), 2),
+    ("history, another ledger", "begin-otherledger", ("history", "weekly:2026-W30"), 2),
+]
+
+
+def _tree(home: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``runs/`` with its size and modification time."""
+    return {str(p.relative_to(home)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted((home / "runs").rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def outcomes(world: World) -> World:
+    """The world, plus a done outcome, a failed one, another ledger and a broken config."""
+    for args, code in ((("weekly", "-p", "week=2026-W30", "--", "true"), 0),
+                       (("other", "-p", "week=2026-W30", "--", "false"), 1)):
+        done = world.home.run("run", *args, env=world.begin_env)
+        assert done.returncode == code, done.stderr
+    (world.home.path / "broken.toml").write_text("not = [toml")
+    other = world.home.path.parent / "other-home"
+    other.mkdir()
+    made = world.home.run("run", "weekly", "-p", "week=2026-W30", "--", "true",
+                          env={"RETRYSAFE_HOME": str(other),
+                               "RETRYSAFE_CONFIG": str(world.home.path / "retrysafe.toml")})
+    assert made.returncode == 0, made.stderr
+    return world
+
+
+@pytest.mark.parametrize(("env_name", "args", "code"), [c[1:] for c in OUTCOME_CASES],
+                         ids=[c[0] for c in OUTCOME_CASES])
+def test_outcome_commands_give_one_answer_on_both_paths(outcomes: World, env_name: str,
+                                                        args: tuple[str, ...], code: int) -> None:
+    """`run` on a done outcome, `status` and `history`: the executable and the full CLI
+    print the same bytes, exit the same, and neither writes to the attempt folders."""
+    home = outcomes.home.path
+    argv = [a.format(home=str(home)) for a in args]
+    base = outcomes.begin_env
+    env = {"begin": base, "none": {k: v for k, v in base.items() if k != "RETRYSAFE_HOME"},
+           "begin-nojob": {**base, "RETRYSAFE_CONFIG": str(home / "nojob.toml")},
+           "begin-broken": {**base, "RETRYSAFE_CONFIG": str(home / "broken.toml")},
+           "begin-otherledger": {
+               **base, "RETRYSAFE_LEDGER": f"sqlite:///{home.parent}/other-home/ledger.sqlite3"},
+           "begin-noledger": {**base, "RETRYSAFE_LEDGER": f"sqlite:///{home}/none.sqlite3"},
+           }[env_name]
+    answers = []
+    for cmd in (fast_cmd(*argv), full_cmd(*argv)):
+        before = _tree(home)
+        answers.append(run(cmd, env))
+        assert _tree(home) == before
+    assert answers[0] == answers[1]
+    stdout, stderr, got = answers[0]
+    assert got == code
+    if code == 0:
+        assert stderr == "" and stdout.endswith("\n")
+        if argv[-1] == "true" and "--json" not in argv:
+            assert stdout == "done: weekly:2026-W30 is already done; nothing to do\n"
+    else:
+        assert stdout == "" and stderr.startswith("retrysafe: ") and stderr.count("\n") == 1
+    assert not (home / "none.sqlite3").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ("run", "weekly", "-p", "week=2026-W30", "--", "true"),
+    ("status", "weekly:2026-W30"),
+    ("history", "weekly:2026-W32"),
+], ids=["run-done", "status", "history"])
+def test_outcome_commands_are_answered_without_loading_the_cli(outcomes: World,
+                                                              args: tuple[str, ...]) -> None:
+    """A done outcome's `run`, `status` and `history` (home only, as after `begin`) never
+    import click, the engine or the config's job parsing; `--json` loads the full CLI."""
+    modules, stdout, code = _imported(outcomes.begin_env, *args)
+    assert code == 0 and stdout
+    assert "retrysafe.donestep" in modules
+    assert not modules & {"click", "retrysafe.cli", "retrysafe.engine", "retrysafe.attempt",
+                          "retrysafe.config", "retrysafe.connectors"}
+    modules, _, code = _imported(outcomes.begin_env, *args[:2], "--json", *args[2:])
+    assert code == 0 and "click" in modules

@@ -8,10 +8,9 @@ import click
 
 from ..engine import Engine, unblock_hint
 from ..errors import EXIT_DONE, EXIT_FAILED, InvalidInput, UnknownOutcome
-from ..evidence import fields_of
 from ..folders import outcome_dir
-from ..keys import step_suffix
 from ..ledger import OutcomeRecord
+from ..readout import history_lines, status_lines
 from ..states import OutcomeState
 from ..timefmt import when
 from ._common import emit_json, json_option, state, table
@@ -51,37 +50,14 @@ def status(key: str, as_json: bool) -> None:
     ledger = engine.ledger
     attempts = ledger.attempts(key)
     steps = ledger.steps(key)
-    folder = outcome_dir(engine.home, out.job, key)
     hint = unblock_hint(ledger, out) if out.state == "blocked" else ""
     if as_json:
         emit_json({"outcome": out.to_json(), "attempts": [a.to_json() for a in attempts],
-                   "steps": [s.to_json() for s in steps], "folder": str(folder),
-                   "unblock": hint})
+                   "steps": [s.to_json() for s in steps],
+                   "folder": str(outcome_dir(engine.home, out.job, key)), "unblock": hint})
         return
-    click.echo(f"outcome   {key}")
-    click.echo(f"job       {out.job}")
-    click.echo(f"state     {out.state}" + (f": {out.reason}" if out.reason else ""))
-    if hint:
-        click.echo(f"unblock   {hint}")
-    accepted = next((a.number for a in attempts if a.id == out.accepted_attempt), None)
-    click.echo(f"attempts  {out.attempts}" + (f" (accepted: {accepted})" if accepted else ""))
-    click.echo(f"folder    {folder}")
-    for a in attempts:
-        ctx = ", ".join(f"{k}={v}" for k, v in sorted(a.context.items()))
-        click.echo(f"  attempt {a.number}: {a.state} {a.result} started {when(a.started_at)} "
-                   f"pid {a.holder.pid} on {a.holder.host}" + (f" [{ctx}]" if ctx else ""))
-    if steps:
-        click.echo("")
-        table(["step", "class", "state", "evidence / reason"],
-              [[s.name + (f"/{s.item}" if s.item else ""), s.effect_class or s.kind, s.state,
-                (s.evidence or "") if s.state == "done" else s.reason] for s in steps])
-        named = [(s, fields_of(s.evidence)) for s in steps if s.state == "done"]
-        if any(fields for _, fields in named):
-            click.echo("")
-            click.echo("evidence")
-            for s, fields in named:
-                for field, value in fields.items():
-                    click.echo(f"  {s.name + (f'/{s.item}' if s.item else '')}.{field} = {value}")
+    for line in status_lines(engine.home, out, attempts, steps, hint):
+        click.echo(line)
 
 
 @click.command()
@@ -135,10 +111,8 @@ def history(key: str, as_json: bool) -> None:
     if as_json:
         emit_json([e.to_json() for e in events])
         return
-    table(["time", "fence", "actor", "what", "from", "to", "reason"],
-          [[when(e.at), e.fence, e.actor,
-            e.kind + (f" {step_suffix(key, e.step_key)}" if e.step_key else ""),
-            e.from_state or "-", e.to_state, e.reason] for e in events])
+    for line in history_lines(key, events):
+        click.echo(line)
 
 
 @click.command()
