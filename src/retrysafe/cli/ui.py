@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 
 import click
 
@@ -19,7 +20,7 @@ DEFAULT_BIND = "127.0.0.1:8321"
 def parse_bind(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` for IPv6) as a host and a port."""
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise InvalidInput(f"--bind {text!r}: give HOST:PORT, e.g. {DEFAULT_BIND}")
     return host.removeprefix("[").removesuffix("]"), int(port)
 
@@ -74,25 +75,29 @@ def ui(bind: str, token: str | None, allow_actions: bool, operator: str | None) 
     name = operator or getpass.getuser()
     engine = state().engine
     ledger = engine.existing_ledger()
+    sock = listen(host, port, bind)
+    port = int(sock.getsockname()[1])
     settings = Settings(token=token, allow_actions=allow_actions, operator=name)
-    app = create_app(engine, settings)
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"retrysafe ui: ledger {ledger.url}")
     click.echo(f"retrysafe ui: listening on http://{shown}:{port}/ ("
                + ("actions ON: resolve, approve, retry, break-lease as ui:" + name
                   if allow_actions else "read-only; --allow-actions to decide from the pages")
                + ")")
-    click.echo(f"retrysafe ui: open http://{shown}:{port}/?token={token}")
     if not is_loopback(host):
         click.echo(f"retrysafe ui: warning: {host} is not loopback: other machines can reach "
                    "this dashboard; put TLS in front of it", err=True)
-    os.environ.pop(envvars.UI_TOKEN, None)  # the steps verify runs need not see it
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+    click.echo(f"retrysafe ui: open http://{shown}:{port}/?token={token}")
+    os.environ.pop(envvars.UI_TOKEN, None)  # the checks verify runs need not see it
+    config = uvicorn.Config(create_app(engine, settings), log_level="warning", access_log=False,
                             server_header=False, lifespan="off")
-    server = uvicorn.Server(config)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def listen(host: str, port: int, bind: str) -> socket.socket:
+    """The listening socket, bound here so a taken port is one clear line (exit 2)."""
     try:
-        server.run()
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family)
     except OSError as exc:
         raise InvalidInput(f"cannot listen on {bind}: {exc.strerror or exc}") from None
-    if getattr(server, "started", True) is False:
-        raise InvalidInput(f"cannot listen on {bind} (in use, or not an address of this machine)")
