@@ -13,8 +13,8 @@ from typing import TextIO
 
 import click
 
-from ..errors import EXIT_BUSY, EXIT_DONE, EXIT_FAILED, ConfigError
-from ._common import params_option, state
+from ..errors import EXIT_BUSY, EXIT_DONE, EXIT_FAILED, ConfigError, InvalidInput
+from ._common import emit_json, json_option, params_option, state
 
 __all__ = ["openclaw"]
 
@@ -27,6 +27,7 @@ def openclaw() -> None:
     Example:
       retrysafe openclaw install-skill --global
       retrysafe openclaw cron-command weekly-ops-report -- ./send-report.sh
+      retrysafe openclaw runs weekly-ops-report
     """
 
 
@@ -383,3 +384,91 @@ def doctor(openclaw_bin: str | None, config_path: Path | None) -> None:
     for check in checks:
         click.echo(check.line())
     sys.exit(EXIT_FAILED if any(c.status == "FAIL" for c in checks) else EXIT_DONE)
+
+
+def _openclaw_json(argv: list[str]) -> object:
+    """The JSON an ``openclaw`` command prints (after any banner line)."""
+    import json
+    import subprocess
+
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InvalidInput(f"{shlex.join(argv[:4])}: {exc}") from exc
+    starts = [i for i in (done.stdout.find("{"), done.stdout.find("[")) if i >= 0]
+    try:
+        if done.returncode != 0 or not starts:
+            raise ValueError
+        return json.loads(done.stdout[min(starts):])
+    except ValueError:
+        why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise InvalidInput(f"{shlex.join(argv[:4])}: {why[:300]}") from None
+
+
+@openclaw.command("runs")
+@click.argument("job_name", metavar="JOB")
+@click.option("--openclaw", "openclaw_bin", metavar="PATH",
+              help="The openclaw executable (default: 'openclaw' on PATH).")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True,
+              help="Latest runs of each automation to read.")
+@json_option
+def runs(job_name: str, openclaw_bin: str | None, limit: int, as_json: bool) -> None:
+    """OpenClaw's runs of JOB beside our outcomes, one line per run.
+
+    Reads the automations that run JOB ('openclaw cron list': command jobs
+    calling 'retrysafe [openclaw] run JOB', agent jobs the plugin maps to JOB)
+    and each one's history ('openclaw cron runs'); each run is joined to the
+    outcome it served (the occurrence at or before its start, the command's
+    -p parameters). TIME is when OpenClaw started the run (UTC), OPENCLAW its
+    status there, STATE the outcome's state in the ledger now, ANSWER what
+    retrysafe told that run ('done', 'already done', 'busy', 'blocked'...).
+
+    \b
+    Example:
+      retrysafe openclaw runs weekly-ops-report
+    """
+    from ..openclaw.doctor import read_openclaw_config
+    from ..openclaw.runs import (
+        JoinedRun,
+        answer_of,
+        cron_jobs_for,
+        finished,
+        params_of,
+        run_time,
+    )
+
+    engine = state().engine
+    engine.config.job(job_name)  # an unknown job is refused before OpenClaw is asked
+    found = openclaw_bin or shutil.which("openclaw")
+    if found is None:
+        raise InvalidInput("'openclaw' is not on PATH; pass --openclaw PATH")
+    _where, doc, _problem = read_openclaw_config(None)
+    entry = ((doc or {}).get("plugins") or {}).get("entries", {}).get("retrysafe") or {}
+    mapped = (entry.get("config") or {}).get("jobs") or {} if isinstance(entry, dict) else {}
+    listed = _openclaw_json([found, "cron", "list", "--all", "--json"])
+    joined: list[JoinedRun] = []
+    ledger = engine.existing_ledger  # only reads: a home with no ledger yet is refused, not created
+    for cron in cron_jobs_for(listed, job_name, mapped if isinstance(mapped, dict) else {}):
+        params = params_of(cron)
+        history = _openclaw_json([found, "cron", "runs", "--id", str(cron["id"]), "--json",
+                                  "--limit", str(limit)])
+        for run in finished(history):
+            at = run_time(run)
+            _spec, key, _canonical = engine.outcome_key(job_name, params, at)
+            known = ledger().outcome(key)
+            joined.append(JoinedRun(at, str(cron.get("name") or cron["id"]), str(run.get("status")),
+                                    key, known.state if known else "missing",
+                                    answer_of(str(run.get("summary") or ""))))
+    joined.sort(key=lambda r: r.at)
+    if as_json:
+        emit_json([r.to_json() for r in joined])
+        return
+    if not joined:
+        click.echo(f"no OpenClaw run of {job_name} yet")
+        return
+    rows = [("TIME", "OPENCLAW", "KEY", "STATE", "ANSWER", "AUTOMATION")] + [
+        (r.at.strftime("%Y-%m-%d %H:%M:%SZ"), r.status, r.key, r.state, r.answer, r.cron_job)
+        for r in joined]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row[:5], widths, strict=True)) + "  " + row[5])

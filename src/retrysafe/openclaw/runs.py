@@ -1,0 +1,117 @@
+"""``retrysafe openclaw runs JOB``: OpenClaw's run history beside our outcomes.
+
+OpenClaw keeps one history line per run of an automation (``openclaw cron runs
+--json``: when it ran, ``ok``/``error``/``skipped``, the command's output as
+the summary); retrysafe keeps one outcome per occurrence. A run is joined to
+its outcome by the key it derived: the occurrence at or before the run's start
+(``runAtMs``) with the parameters the automation's command passes, the same
+rule ``retrysafe run`` follows. What we answered that run is read from the
+summary's own line (``done: ...``, ``busy: ...``, ``blocked: ...``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["JoinedRun", "answer_of", "cron_jobs_for", "params_of"]
+
+_ANSWER = re.compile(r"^(done|busy|blocked|unknown|failed|stale|skipped|missed --run): ", re.M)
+
+
+@dataclass(frozen=True)
+class JoinedRun:
+    """One OpenClaw run and the outcome it served."""
+
+    at: datetime
+    cron_job: str
+    status: str
+    key: str
+    state: str
+    answer: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"at": self.at.isoformat(), "cron_job": self.cron_job, "openclaw_status": self.status,
+                "key": self.key, "state": self.state, "answer": self.answer}
+
+
+def _words(job: Mapping[str, Any]) -> list[str]:
+    from .doctor import _command_of
+
+    command = _command_of(dict(job))[0]
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return command.split()
+
+
+def _job_word_at(words: list[str]) -> int | None:
+    """Index of JOB in ``retrysafe [GLOBAL...] [openclaw] run|missed JOB ...``."""
+    for i, word in enumerate(words[:-1]):
+        if word in ("run", "missed") and (i == 0 or words[i - 1] != "--") and "--" not in words[:i]:
+            return i + 1
+    return None
+
+
+def params_of(job: Mapping[str, Any]) -> dict[str, str]:
+    """The ``-p N=V`` parameters an automation's retrysafe command passes."""
+    words = _words(job)
+    end = words.index("--") if "--" in words else len(words)
+    out: dict[str, str] = {}
+    for i, word in enumerate(words[:end]):
+        value = None
+        if word in ("-p", "--param") and i + 1 < end:
+            value = words[i + 1]
+        elif word.startswith("--param="):
+            value = word.split("=", 1)[1]
+        if value and "=" in value:
+            name, _, val = value.partition("=")
+            out[name] = val
+    return out
+
+
+def cron_jobs_for(listed: Any, job: str, plugin_jobs: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The automations in ``openclaw cron list --json`` that run retrysafe job ``job``:
+    command jobs calling ``retrysafe [openclaw] run JOB`` (or ``missed JOB``), and
+    agent jobs the plugin maps to it."""
+    jobs = listed.get("jobs", []) if isinstance(listed, dict) else listed
+    for entry in jobs if isinstance(jobs, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        mapped = plugin_jobs.get(str(entry.get("id")))
+        if (mapped.get("job") if isinstance(mapped, dict) else mapped) == job:
+            yield entry
+            continue
+        words = _words(entry)
+        at = _job_word_at(words)
+        if words and "retrysafe" in words[0] and at is not None and words[at] == job:
+            yield entry
+
+
+def answer_of(summary: str) -> str:
+    """What retrysafe answered a run, from the line it printed (``-`` when none)."""
+    found = _ANSWER.findall(summary or "")
+    if not found:
+        return "-"
+    if "skipped" in found:
+        return "busy (exit 0)"
+    word = str(found[0])
+    if word == "done" and "is already done" in summary:
+        return "already done"
+    return word
+
+
+def finished(history: Any) -> Iterable[dict[str, Any]]:
+    """The finished runs in ``openclaw cron runs --json``, oldest first."""
+    entries = history.get("entries", []) if isinstance(history, dict) else history
+    runs = [e for e in entries if isinstance(e, dict) and e.get("action", "finished") == "finished"
+            and isinstance(e.get("runAtMs"), int | float)]
+    return sorted(runs, key=lambda e: e["runAtMs"])
+
+
+def run_time(entry: Mapping[str, Any]) -> datetime:
+    return datetime.fromtimestamp(entry["runAtMs"] / 1000, UTC)
