@@ -165,6 +165,10 @@ def _config(root: Path, port: int, secret: str) -> str:
         "rc_invites": {"per_room": limits, "per_user": limits, "per_issuer": limits},
         "rc_registration": limits,
         "rc_admin_redaction": limits,
+        "rc_joins_per_room": limits,
+        "rc_room_creation": limits,
+        "rc_third_party_invite": limits,
+        "rc_media_create": limits,
     }
     return json.dumps(config)  # JSON is YAML
 
