@@ -49,9 +49,17 @@ def assert_one_outcome(p: Pipeline) -> None:
     assert p.home.run("verify", p.key).returncode == 0
 
 
+# On PostgreSQL, one step at each of its points and the run's own points: the
+# protocol is the backend's, the same at every step (RETRYSAFE_TEST_FULL_MATRIX=1: all)
+PG_CRASHES = frozenset({f"{STEPS[1]}:{p}" for p in POINTS} | {"run:after-begin", "run:before-closeout"})
+
+
 @pytest.mark.parametrize("crash", CRASHES)
 def test_sigkill_at_every_injection_point_then_rerun(any_pipeline: Pipeline, crash: str) -> None:
     """Killed at any point, re-runs finish with each effect once and the draft generated once."""
+    if (any_pipeline.home.ledger and crash not in PG_CRASHES
+            and not os.environ.get("RETRYSAFE_TEST_FULL_MATRIX")):
+        pytest.skip("on PostgreSQL one step's points stand for all (RETRYSAFE_TEST_FULL_MATRIX=1)")
     first = any_pipeline.run(env={"RETRYSAFE_CRASH_AT": crash})
     assert first.returncode != 0
     settle(any_pipeline)
