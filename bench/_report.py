@@ -154,6 +154,7 @@ def markdown(results: dict[str, Any], *, with_profiles: bool = True) -> str:
             parts += ["![outcomes per second against the peers](img/per-outcome.png)", ""]
     parts += cli_lines(results.get("cli_latency") or {})
     parts += dashboard_lines(results.get("dashboard") or {})
+    parts += scale_lines(results.get("scale") or {})
     parts += ["### Per guarded effect and per CLI skip", ""]
     parts += [*summary_table(results), ""]
     parts += [f"- {line}" for line in details(results)]
@@ -201,6 +202,14 @@ def per_outcome_lines(result: dict[str, Any]) -> list[str]:
             lines.append(f"| {row['label']} | {row['synchronous']} | "
                          f"{_fmt_rate(row['first_median'])} | {_fmt_rate(row['rerun_median'])} | "
                          f"{_syncs(counts, name, 'first')} | {_syncs(counts, name, 'rerun')} |")
+        st = result.get("statements") or {}
+        if st:
+            lines += ["", "| per outcome, SQLite, one engine reused (counted) | first run | re-run |",
+                      "|---|---:|---:|"]
+            for field, label in (("statements", "SQL statements (without BEGIN/COMMIT)"),
+                                 ("selects", "of which SELECT"),
+                                 ("write_transactions", "write transactions")):
+                lines.append(f"| {label} | {st['first'][field]:g} | {st['rerun'][field]:g} |")
         lines += ["", "| retrysafe | against | phase | ratio | target | |",
                   "|---|---|---|---:|---:|---|"]
         for t in sq["targets"]:
@@ -254,6 +263,30 @@ def cli_lines(cli: dict[str, Any]) -> list[str]:
         lines.append(f"| {row['label']} | {row['ms']:.1f} ms | {row['ratio']:.1f}x | "
                      f"< {row['target']:g}x | {_ok(row['meets_target'])} |")
     return [*lines, ""]
+
+
+def scale_lines(scale: dict[str, Any]) -> list[str]:
+    """``bench/scale.py`` as Markdown."""
+    foot, ls, t = scale.get("footprint"), scale.get("ls"), scale.get("targets") or {}
+    if not foot or not ls:
+        return []
+    w1, w2 = foot["widest_folder"]
+    return [
+        "### At scale", "",
+        f"Per outcome with one effect (the growth over {foot['outcomes']} more outcomes, one "
+        f"engine reused); `retrysafe ls --job J` (first page), medians of {ls['runs']} "
+        "interleaved runs on the ledgers `bench/dashboard.py` builds.", "",
+        "| measure | figure | target | |", "|---|---:|---:|---|",
+        f"| ledger bytes per outcome | {foot['ledger_bytes']:,.0f} | <= {t['ledger_bytes']:,} "
+        f"| {_ok(foot['ledger_bytes'] <= t['ledger_bytes'])} |",
+        f"| `runs/` bytes on disk per outcome ({foot['runs_files']:g} files, "
+        f"{foot['runs_folders']:g} folders) | {foot['runs_disk_bytes']:,.0f} "
+        f"| <= {t['runs_disk_bytes']:,} | {_ok(foot['runs_disk_bytes'] <= t['runs_disk_bytes'])} |",
+        f"| widest folder under `runs/`, after {foot['outcomes']} and {2 * foot['outcomes']} "
+        f"outcomes | {w1:,} and {w2:,} entries | does not grow | {_ok(w2 <= w1)} |",
+        f"| `ls --job J`: {ls['large']:,} outcomes ({ls['large_ms']:.1f} ms) against "
+        f"{ls['small']:,} ({ls['small_ms']:.1f} ms) | {ls['ratio']:.2f}x | <= {t['ls_ratio']:g}x "
+        f"| {_ok(ls['ratio'] <= t['ls_ratio'])} |", ""]
 
 
 def dashboard_lines(dash: dict[str, Any]) -> list[str]:

@@ -295,6 +295,52 @@ def _sqlite_targets(rows: dict[str, Any], first: dict[str, list[float]],
     return out
 
 
+# --- SQL statements per outcome, counted -------------------------------------------------
+
+
+def count_statements(workdir: Path, n: int = 20) -> dict[str, Any]:
+    """SQL statements per outcome on SQLite with a reused engine, first run and re-run:
+    every statement the library hands the connection, counted by a proxy around it
+    (what a trigger writes inside a statement is not a statement of its own)."""
+    folder = workdir / "statements"
+    folder.mkdir()
+    home = _home(folder, "full")
+    calls: list[str] = []
+
+    class Counting:
+        def __init__(self, conn: Any) -> None:
+            self._conn = conn
+
+        def execute(self, sql: str, *args: Any) -> Any:
+            calls.append(sql)
+            return self._conn.execute(sql, *args)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._conn, name)
+
+    out: dict[str, Any] = {}
+    with Engine.open(home) as engine:
+        backend: Any = engine.ledger.backend
+        backend._local.conn = Counting(backend._conn())
+
+        def one(k: str) -> None:
+            with engine.start("bench", {"run": k}) as r:
+                r.effect("send", "local_write", execute=_execute)
+
+        one("count-warm")
+        for phase in ("first", "rerun"):
+            calls.clear()
+            for i in range(n):
+                one(f"count-{i}")
+            words = [c.split(None, 1)[0].upper() for c in calls]
+            out[phase] = {
+                "statements": sum(w not in ("BEGIN", "COMMIT", "ROLLBACK") for w in words) / n,
+                "selects": words.count("SELECT") / n,
+                "write_transactions": words.count("BEGIN") / n,
+            }
+    return out
+
+
 # --- durable syncs, counted with strace ----------------------------------------------
 
 _STRACE_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$")
@@ -721,6 +767,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"machine": machine()}
     with _workdir(args.dir) as work:
         result["sqlite"] = run_sqlite(args.keys, args.rounds, work)
+        result["statements"] = count_statements(work)
         if not args.no_counts:
             result["syncs"] = count_syncs(work)
         if not args.no_pg:

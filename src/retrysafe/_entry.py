@@ -111,7 +111,11 @@ def main() -> None:
     text = _done_step_evidence(argv)
     text = text + "\n" if text is not None else _outcome_text(argv)
     if text is not None:
-        sys.stdout.write(text)
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            sys.exit(1)  # as the CLI exits when its reader went away (EXIT_FAILED)
         sys.exit(0)
     from .cli import main as cli_main
 

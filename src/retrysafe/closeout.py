@@ -103,16 +103,19 @@ def acceptance_problems(run: ClosingRun, steps: list[StepRecord],
     return problems
 
 
-def _abandon_own_running(run: ClosingRun, attempt: AttemptRecord) -> None:
-    """This attempt's steps still ``running`` ended without a result: ``unknown``."""
-    for step in run.ledger.steps(run.key):
-        if step.state == _S.RUNNING and step.attempt_id == attempt.id:
-            try:
-                run.ledger.move_step(
-                    attempt, step.step_key, _S.UNKNOWN, name=step.name, item=step.item,
-                    expect=[_S.RUNNING], reason="its process ended before recording a result")
-            except Busy:
-                continue
+def _abandon_own_running(run: ClosingRun, attempt: AttemptRecord,
+                         steps: list[StepRecord]) -> bool:
+    """This attempt's steps still ``running`` ended without a result: ``unknown``.
+    Whether there were any (``steps`` is then read again)."""
+    own = [s for s in steps if s.state == _S.RUNNING and s.attempt_id == attempt.id]
+    for step in own:
+        try:
+            run.ledger.move_step(
+                attempt, step.step_key, _S.UNKNOWN, name=step.name, item=step.item,
+                expect=[_S.RUNNING], reason="its process ended before recording a result")
+        except Busy:
+            continue
+    return bool(own)
 
 
 def _verdict(steps: list[StepRecord], success: bool, reason: str,
@@ -135,8 +138,9 @@ def _verdict(steps: list[StepRecord], success: bool, reason: str,
 def close(run: ClosingRun, success: bool, reason: str = "") -> OutcomeRecord:
     """Close-out: ``done`` only when every check passes; otherwise what the steps say."""
     attempt = run._attempt()
-    _abandon_own_running(run, attempt)
     steps = run.ledger.steps(run.key)
+    if _abandon_own_running(run, attempt, steps):
+        steps = run.ledger.steps(run.key)
     open_steps, others = _step_problems(steps) if success else ([], [])
     if success:
         others += acceptance_problems(run, steps)

@@ -222,9 +222,11 @@ class LedgerCore:
         attempt: AttemptRecord | None = None,
         actor: str = "",
         extra: Mapping[str, Any] | None = None,
-    ) -> None:
+    ) -> OutcomeRecord:
         """Move the outcome (a legal transition only) and log it; ``cause`` is why
-        it is blocked (empty for any other state)."""
+        it is blocked (empty for any other state). Returns ``out`` as the update left
+        it: ``out`` must be the row as this transaction holds it (no trigger writes
+        ``rs_outcomes``), so it need not be read again."""
         if not can_move(OUTCOME_TRANSITIONS, out.state, state):
             raise InvalidInput(
                 f"outcome {out.key}: cannot move from {out.state} to {state}",
@@ -238,6 +240,8 @@ class LedgerCore:
         if state != out.state or reason != out.reason:
             self._log(tx, out.key, kind="outcome", frm=out.state, to=state, attempt=attempt,
                       actor=actor, reason=reason)
+        return out._replace(**{**sets, "state": str(state), "reason": str(reason),
+                               "cause": str(cause)})
 
     def claim(
         self,
@@ -325,17 +329,20 @@ class LedgerCore:
              holder.pid, holder.started, tx.now + lease_seconds, dumps(dict(context or {})),
              tx.now),
         )
-        attempt = self._attempt_row(tx, attempt_id)
-        assert attempt is not None
+        # the row just written, as a read would give it (no trigger writes rs_attempts)
+        attempt = attempt_from_row({
+            "id": attempt_id, "outcome_key": out.key, "number": number, "fence": fence,
+            "state": AttemptState.ACTIVE.value, "result": "", "holder_host": holder.host,
+            "holder_pid": holder.pid, "holder_started": holder.started,
+            "lease_expires": tx.now + lease_seconds, "context": dumps(dict(context or {})),
+            "started_at": tx.now, "ended_at": None})
         self._log(tx, out.key, kind="attempt", to=AttemptState.ACTIVE, attempt=attempt,
                   reason=f"attempt {number} started on {holder.host} pid {holder.pid}")
         # generated/delivered are progress marks a new attempt resumes from.
         state = out.state if out.state in PROGRESS_MARKS else _O.RUNNING
-        self._set_outcome(tx, out, state, "", attempt=attempt,
-                          extra={"fence": fence, "attempts": number, "current_attempt": attempt_id})
-        got = self._lock_outcome(tx, out.key)
-        assert got is not None
-        return attempt, got
+        return attempt, self._set_outcome(
+            tx, out, state, "", attempt=attempt,
+            extra={"fence": fence, "attempts": number, "current_attempt": attempt_id})
 
     def _supersede(self, tx: Tx, out: OutcomeRecord, cur: AttemptRecord, why: str,
                    actor: str = "retrysafe") -> None:
@@ -411,6 +418,7 @@ class LedgerCore:
         """
         with self.backend.transaction() as tx:
             out = self._fenced(tx, attempt)
+            running: list[dict[str, Any]] = []
             if state == _O.DONE:
                 open_steps = tx.rows(
                     "SELECT name, item, state FROM rs_steps WHERE outcome_key = ? AND state <> ?",
@@ -422,11 +430,13 @@ class LedgerCore:
                         f"outcome {out.key} cannot be done: step {s['name']} is {s['state']}",
                         key=out.key, step=s["name"], state=s["state"],
                     )
+            else:  # done: no step is open, so none is running (read just above)
+                running = tx.rows(
+                    "SELECT step_key FROM rs_steps"
+                    " WHERE outcome_key = ? AND state = ? AND attempt_id = ?",
+                    (out.key, _S.RUNNING.value, attempt.id))
             # a step still running when its attempt ends can only be unknown now
-            for row in tx.rows(
-                "SELECT step_key FROM rs_steps WHERE outcome_key = ? AND state = ? AND attempt_id = ?",
-                (out.key, _S.RUNNING.value, attempt.id),
-            ):
+            for row in running:
                 why = f"attempt {attempt.number} finished while this step was running"
                 tx.run("UPDATE rs_steps SET state = ?, reason = ?, updated_at = ? WHERE step_key = ?",
                        (_S.UNKNOWN.value, why, tx.now, row["step_key"]))
@@ -441,10 +451,8 @@ class LedgerCore:
             extra: dict[str, Any] = {"current_attempt": None}
             if accepted:
                 extra["accepted_attempt"] = attempt.id
-            self._set_outcome(tx, out, state, reason, cause=cause, attempt=attempt, extra=extra)
-            got = self._lock_outcome(tx, out.key)
-            assert got is not None
-            return got
+            return self._set_outcome(tx, out, state, reason, cause=cause, attempt=attempt,
+                                     extra=extra)
 
     # --- steps ------------------------------------------------------------------
 
