@@ -20,6 +20,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
     ("guarded_effect.py", ["--effects", "5", "--rounds", "1"]),
     ("skip_latency.py", ["--runs", "2", "--warmup", "1"]),
     ("cli_latency.py", ["--runs", "1", "--warmup", "1"]),
+    ("scale.py", ["--outcomes", "5", "--small", "300", "--large", "2000", "--runs", "1"]),
     ("dashboard.py", ["--outcomes", "300", "--rounds", "1"]),
     ("per_outcome.py", ["--keys", "2", "--rounds", "1", "--no-pg", "--no-counts"]),
 ])
