@@ -13,6 +13,7 @@ first: one answer either way.
 
 from __future__ import annotations
 
+import os
 import sys
 
 __all__ = ["main"]
@@ -83,11 +84,17 @@ def _outcome_text(argv: list[str]) -> str | None:
         return read(rest[0], **where)
     if "--" not in rest or rest[-1] == "--":
         return None  # no CMD after "--"
+    if any(name in os.environ for name in _OPENCLAW_MARKS):
+        return None  # a scheduler's re-run: its "already done" is recorded (cli/run.py)
     sep = rest.index("--")
     params = [] if sep == 1 else _repeated(rest[1:sep], ("-p", "--param"))
     if sep == 0 or rest[0].startswith("-") or params is None:
         return None
     return donestep.done_outcome_line(rest[0], params, rest[sep + 1], **where)
+
+
+_OPENCLAW_MARKS = ("OPENCLAW_SHELL", "OPENCLAW_CLI", "OPENCLAW_GATEWAY_PORT", "OPENCLAW_STATE_DIR")
+"""What OpenClaw sets in what it starts (openclaw/context.py reads the same names)."""
 
 
 def _repeated(tokens: list[str], names: tuple[str, ...]) -> list[str] | None:

@@ -56,6 +56,11 @@ def test_done_rerun_is_recorded_with_runner_and_run_id(any_home: Home) -> None:
     assert answer["reason"].startswith("already done; nothing ran (pid ")
     assert answer["reason"].endswith(", openclaw run run-42)")
     assert answer["attempt_id"] is None
+    # a plain 'retrysafe run' that OpenClaw started is its re-run too (the fast path for a
+    # done outcome leaves it to the full command, which records it)
+    cron = any_home.run("run", "report", "-p", "week=w1", "--", "true", env=OPENCLAW_ENV)
+    assert cron.returncode == 0 and "is already done" in cron.stdout
+    assert [a["actor"] for a in answers(any_home, "report:w1")] == ["openclaw:command"] * 2
     # the outcome itself is untouched: still done, one attempt
     status = json.loads(any_home.run("status", "report:w1", "--json").stdout)
     assert status["outcome"]["state"] == "done" and len(status["attempts"]) == 1
