@@ -77,7 +77,7 @@ def test_crash_points_of_publish_and_the_run_pass(content_targets: ContentTarget
                   "before-closeout"):
         assert point in proc.stdout
     assert "after-begin" not in proc.stdout
-    assert "5 passed, 0 failed" in proc.stdout
+    assert "7 trials, 7 passed, 0 failed" in proc.stdout  # the two clean runs and five trials
 
 
 @pytest.mark.slow
