@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,15 +34,16 @@ from .errors import (
     OutcomeBlocked,
     RetrysafeError,
     StaleAttempt,
+    command_line,
     unblock_command,
 )
 from .folders import AttemptFolder
 from .keys import DRILL_MARK, check_key, check_name, step_ref
-from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, open_ledger
+from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, StepRecord, open_ledger
 from .process import attempt_liveness, this_holder
 from .states import BlockCause, ClaimStatus, OutcomeState, StepState
 
-__all__ = ["LEASE_FIELD", "Engine", "Start", "close_all", "start", "unblock_hint"]
+__all__ = ["LEASE_FIELD", "Engine", "Start", "close_all", "settle_hint", "start", "unblock_hint"]
 
 LEASE_FIELD = "agent_lease_seconds"
 """Context field of an attempt begun by an agent: the lease each later command renews."""
@@ -83,12 +84,34 @@ class Start:
 def unblock_hint(ledger: Ledger, out: OutcomeRecord) -> str:
     """The command a human runs to move a blocked outcome: its blocked step's
     (by the step's cause), or ``retry`` for an outcome out of attempts."""
+    return _blocked_hint(out, ledger.steps(out.key) if out.cause != BlockCause.EXHAUSTED else ())
+
+
+def _blocked_hint(out: OutcomeRecord, steps: Iterable[StepRecord]) -> str:
     if out.cause != BlockCause.EXHAUSTED:
-        for step in ledger.steps(out.key):
+        for step in steps:
             if step.state == StepState.BLOCKED:
                 return unblock_command(step.cause or BlockCause.AGENT, out.key,
                                        step_ref(out.key, step.name, step.item))
     return unblock_command(BlockCause.EXHAUSTED, out.key)
+
+
+def settle_hint(out: OutcomeRecord, steps: Iterable[StepRecord]) -> str:
+    """The command a human runs about ``out``, given its steps in the ledger's order
+    (its waiting ones are enough): blocked, as :func:`unblock_hint`; failed, ``retry``;
+    unknown, settling its first step that may have acted (or ``status``); otherwise
+    nothing. ``needs-attention``, the dashboard and notifications all say this."""
+    if out.state == OutcomeState.BLOCKED:
+        return _blocked_hint(out, steps)
+    if out.state == OutcomeState.FAILED:
+        return unblock_command(BlockCause.EXHAUSTED, out.key)
+    if out.state == OutcomeState.UNKNOWN:
+        for step in steps:
+            if step.state in (StepState.UNKNOWN, StepState.RUNNING):
+                return unblock_command(BlockCause.AMBIGUOUS, out.key,
+                                       step_ref(out.key, step.name, step.item))
+        return command_line("status", out.key)
+    return ""
 
 
 class Engine:

@@ -2,7 +2,7 @@
 
 The ledger decides (:class:`retrysafe.ledger.retention.Retention`); this adds
 what a person needs around it: the command that settles each waiting outcome
-(:func:`retrysafe.engine.unblock_hint`, :func:`retrysafe.errors.unblock_command`),
+(:func:`retrysafe.engine.settle_hint`),
 the jobs' ``keep`` settings, and the ``runs/`` folders of pruned outcomes.
 """
 
@@ -16,9 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidInput, command_line, unblock_command
+from .errors import InvalidInput
 from .keys import step_ref
-from .states import BlockCause, OutcomeState, StepState
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -83,22 +82,10 @@ def _attention(waiting: Waiting) -> Attention:
     out = waiting.outcome
     steps = [{"step": step_ref(out.key, s.name, s.item), "state": s.state, "cause": s.cause,
               "reason": s.reason} for s in waiting.steps]
-    if out.state == OutcomeState.BLOCKED:
-        # as engine.unblock_hint decides: the first blocked step's command, by its cause
-        # (the waiting steps hold every blocked one, in the same order), else retry
-        blocked = next((s for s in waiting.steps if s.state == StepState.BLOCKED), None)
-        if out.cause != BlockCause.EXHAUSTED and blocked is not None:
-            hint = unblock_command(blocked.cause or BlockCause.AGENT, out.key,
-                                   step_ref(out.key, blocked.name, blocked.item))
-        else:
-            hint = unblock_command(BlockCause.EXHAUSTED, out.key)
-    else:
-        # unknown: a step that may have acted is settled by a human who looked,
-        # or by a re-run whose lookup decides
-        step = next((s for s in waiting.steps if s.state != StepState.BLOCKED), None)
-        hint = (unblock_command(BlockCause.AMBIGUOUS, out.key,
-                                step_ref(out.key, step.name, step.item))
-                if step else command_line("status", out.key))
+    from .engine import settle_hint
+
+    # the waiting steps hold every blocked, unknown and running one, in the ledger's order
+    hint = settle_hint(out, waiting.steps)
     return Attention(out.key, out.job, out.state, out.cause, out.reason, out.updated_at,
                      hint, steps)
 

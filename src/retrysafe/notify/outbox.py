@@ -73,21 +73,9 @@ def outcome_event(out: OutcomeRecord, job: Job) -> str | None:
 
 def settle_command(ledger: Ledger, out: OutcomeRecord) -> str:
     """The command a human runs about ``out`` (as ``needs-attention`` prints it)."""
-    from ..engine import unblock_hint
-    from ..errors import command_line, unblock_command
-    from ..keys import step_ref
-    from ..states import BlockCause
+    from ..engine import settle_hint
 
-    if out.state == "blocked":
-        return unblock_hint(ledger, out)
-    if out.state == "failed":
-        return unblock_command(BlockCause.EXHAUSTED, out.key)
-    if out.state == "unknown":
-        step = next((s for s in ledger.steps(out.key) if s.state in ("unknown", "running")), None)
-        if step is not None:
-            return unblock_command(BlockCause.AMBIGUOUS, out.key, step_ref(out.key, step.name, step.item))
-        return command_line("status", out.key)
-    return ""
+    return settle_hint(out, ledger.steps(out.key))
 
 
 def notify_transition(ledger: Ledger, job: Job, out: OutcomeRecord) -> None:
