@@ -20,6 +20,7 @@ from .errors import ConfigError, HomeNotWritable, InvalidParameter, UnknownJob
 from .location import CONFIG_NAME, config_file, ledger_settings, read_toml, resolve_home
 
 if TYPE_CHECKING:
+    from .catchup import Window
     from .notify.config import NotifyPlan
 
 __all__ = ["CONFIG_NAME", "Config", "Job", "Settings", "load_config", "resolve_home"]
@@ -42,6 +43,7 @@ _JOB_FIELDS = frozenset(
         "check_timeout",
         "keep",
         "notify",
+        "catch_up",
     }
 )
 
@@ -90,6 +92,9 @@ class Job:
     """seconds an outcome is kept after its last change before ``retrysafe prune`` removes it"""
     notify: NotifyPlan | None = None
     """where this job's notifications go (``[notify]``); ``None``: nowhere"""
+    catch_up: Window | None = None
+    """``retrysafe run`` of the current occurrence first finishes earlier unfinished ones
+    inside this window (``catch_up = true``, ``"7d"`` or a number of occurrences)"""
 
     def resolve_params(
         self, given: Mapping[str, str], now: datetime | None = None
@@ -214,7 +219,26 @@ def parse_job(name: str, table: Mapping[str, Any]) -> Job:
         step_timeout=seconds("step_timeout"),
         check_timeout=seconds("check_timeout"),
         keep=_keep(name, table.get("keep")),
+        catch_up=_catch_up(name, table.get("catch_up"), schedule, params),
     )
+
+
+def _catch_up(name: str, value: object, schedule: str | None,
+              params: Mapping[str, str]) -> Window | None:
+    """A job's ``catch_up``: ``true`` (the default window), an age (``"7d"``) or a number
+    of occurrences; only for a job whose key comes from its schedule."""
+    if value is None or value is False:
+        return None
+    from .catchup import DEFAULT_WINDOW, parse_window
+    from .errors import InvalidInput
+
+    if not schedule or "occurrence" not in params.values():
+        raise ConfigError(f"job {name!r}: 'catch_up' needs a schedule and an occurrence "
+                          "parameter (earlier occurrences are the schedule's)")
+    try:
+        return parse_window(DEFAULT_WINDOW if value is True else value, "'catch_up'")
+    except InvalidInput as exc:
+        raise ConfigError(f"job {name!r}: {exc.message} (or true for {DEFAULT_WINDOW})") from None
 
 
 def _keep(name: str, value: object) -> float | None:

@@ -142,8 +142,9 @@ def _run_missed(
     for row in todo:
         click.echo(f"run: {row['key']} ({row['state']})", err=True)
         sys.stdout.flush()
+        # each occurrence alone: the job's catch_up would run the earlier ones again
         argv = [*_retrysafe_argv(), "--home", str(home.resolve()), "run", job_name, *extra,
-                "-p", f"{name}={row['occurrence']}", "--", *cmd]
+                "-p", f"{name}={row['occurrence']}", "--no-catch-up", "--", *cmd]
         code = subprocess.run(argv, env=env, check=False).returncode
         if code == EXIT_DONE:
             counts["done"] += 1

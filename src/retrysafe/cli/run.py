@@ -13,7 +13,7 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -27,20 +27,29 @@ from ..errors import (
     InvalidInput,
     NoStoredCommand,
     OutcomeBlocked,
+    RetrysafeError,
     StaleAttempt,
 )
 from ..keys import parse_assignments
 from ..ledger import AttemptRecord
 from ..states import ClaimStatus
 from ..supervise import run_command
-from ._common import emit_json, json_option, params_option, state
+from ._common import emit_json, json_option, params_option, state, table
 
-__all__ = ["COMMAND_FIELD", "CWD_FIELD", "run", "run_job", "stored_command"]
+if TYPE_CHECKING:
+    from ..catchup import Plan, Window
+
+__all__ = ["CATCH_UP_FIELD", "COMMAND_FIELD", "CWD_FIELD", "attempt_once", "run", "run_job",
+           "stored_command"]
 
 COMMAND_FIELD = "command"
 """The attempt's context field holding the command it ran (a JSON list of words)."""
 CWD_FIELD = "cwd"
 """The attempt's context field holding the folder the command ran in."""
+CATCH_UP_FIELD = "catch_up_for"
+"""The context field of an attempt a catch-up started: the current occurrence's key."""
+EXIT_INTERRUPTED = 130
+"""A stop signal ended a catch-up before the current occurrence started."""
 
 
 def run_context(openclaw_run_id: str | None) -> dict[str, str]:
@@ -97,14 +106,86 @@ def _finish(result: dict[str, Any], lines: list[str], code: int, as_json: bool) 
 
 def run_job(engine: Engine, job_name: str, params: Mapping[str, str], cmd: Sequence[str], *,
             context: Mapping[str, str], cwd: str | None = None, as_json: bool = False,
-            extra: Mapping[str, Any] | None = None) -> NoReturn:
+            extra: Mapping[str, Any] | None = None, catch_up: Window | None = None) -> NoReturn:
     """One attempt at ``job_name``'s outcome around ``cmd``: claim, run, close out,
     print the result (as JSON with ``as_json``, ``extra`` fields added) and exit
-    with its code."""
+    with its code. With ``catch_up``, the earlier unfinished occurrences inside
+    that window are finished first (:mod:`retrysafe.catchup`)."""
     folder = cwd or os.getcwd()
     if cwd is not None and not Path(cwd).is_dir():
         raise InvalidInput(f"the folder the command ran in is gone: {cwd}")
     _check_startable(cmd[0], folder)
+    if catch_up is None:
+        _finish(*attempt_once(engine, job_name, params, cmd, context=context, cwd=cwd,
+                              as_json=as_json, extra=extra), as_json)
+    from ..catchup import exit_code, plan
+
+    caught = plan(engine, job_name, params, catch_up)
+    current_key = engine.outcome_key(job_name, caught.params)[1]
+    earlier, interrupted = _finish_earlier(engine, caught, cmd, current_key, context=context,
+                                           cwd=cwd, as_json=as_json)
+    if interrupted:
+        why = f"stopped by a signal while catching up; {current_key} was not started"
+        result = {**(extra or {}), "key": current_key, "job": job_name, "status": "interrupted",
+                  "state": None, "attempt": None, "reason": why, "unblock": "",
+                  "catch_up": earlier}
+        _finish(result, [f"interrupted: {why}"], EXIT_INTERRUPTED, as_json)
+    result, lines, code = attempt_once(engine, job_name, caught.params, cmd, context=context,
+                                       cwd=cwd, as_json=as_json, extra=extra)
+    result["catch_up"] = earlier
+    code = exit_code(code, [e["exit_code"] for e in earlier if e["action"] == "run"])
+    _finish(result, lines, code, as_json)
+
+
+def _finish_earlier(engine: Engine, caught: Plan, cmd: Sequence[str], current_key: str, *,
+                    context: Mapping[str, str], cwd: str | None,
+                    as_json: bool) -> tuple[list[dict[str, Any]], bool]:
+    """Each earlier occurrence of ``caught``, oldest first: run under its own key and
+    attempt, or (blocked) reported; one line each. What happened to each, and whether
+    a stop signal ended the catch-up (the later ones and the current one not started)."""
+    from .each import Batch, _stop_between_items
+
+    done: list[dict[str, Any]] = []
+    stop = Batch()
+    with _stop_between_items(stop) as check_signals:
+        for earlier in caught.earlier:
+            base = {"occurrence": earlier.occurrence, "key": earlier.key, "before": earlier.state}
+            if not earlier.runnable:
+                out = engine.ledger.outcome(earlier.key)
+                hint = unblock_hint(engine.ledger, out) if out is not None else ""
+                entry = {**base, "job": caught.job, "action": "skip", "status": "blocked",
+                         "state": earlier.state, "attempt": None, "reason": earlier.reason,
+                         "unblock": hint, "exit_code": EXIT_BLOCKED}
+                lines = [f"blocked: {earlier.key} waits for a person: {earlier.reason}",
+                         f"to unblock: {hint}"]
+            else:
+                click.echo(f"catch-up: {earlier.key} ({earlier.state}) before {current_key}",
+                           err=True)
+                params = {**caught.params, caught.param: earlier.occurrence}
+                try:
+                    result, lines, code = attempt_once(
+                        engine, caught.job, params, cmd, cwd=cwd, as_json=as_json,
+                        context={**context, CATCH_UP_FIELD: current_key})
+                except RetrysafeError as exc:
+                    result, lines, code = ({"job": caught.job, "status": "error",
+                                            "reason": exc.message}, [exc.message], exc.exit_code)
+                entry = {**result, **base, "action": "run", "exit_code": code}
+            done.append(entry)
+            if not as_json:
+                click.echo("catch-up: " + "; ".join(lines))
+            sys.stdout.flush()
+            check_signals()
+            if stop.interrupted:
+                return done, True
+    return done, stop.interrupted
+
+
+def attempt_once(engine: Engine, job_name: str, params: Mapping[str, str], cmd: Sequence[str],
+                 *, context: Mapping[str, str], cwd: str | None = None, as_json: bool = False,
+                 extra: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[str], int]:
+    """One attempt at ``job_name``'s outcome around ``cmd`` (claim, run, close out):
+    its result (``run --json``'s fields), its lines of text and its exit code."""
+    folder = cwd or os.getcwd()
     recorded = {**context, COMMAND_FIELD: json.dumps(list(cmd)), CWD_FIELD: folder}
     begun = engine.begin(job_name, params, context=recorded)
     key = begun.key
@@ -117,17 +198,17 @@ def run_job(engine: Engine, job_name: str, params: Mapping[str, str], cmd: Seque
             # a scheduler's re-run: its history and ours join on this event (one write);
             # a re-run from a shell keeps the one-read answer
             engine.note_answer(begun, recorded)
-        _finish(result, [f"done: {key} is already done; nothing to do"], EXIT_DONE, as_json)
+        return result, [f"done: {key} is already done; nothing to do"], EXIT_DONE
     refusal = begun.refusal()
     if isinstance(refusal, OutcomeBlocked):
         result.update(reason=refusal.reason, unblock=refusal.unblock)
-        _finish(result, [f"blocked: {key}: {refusal.reason}", f"to unblock: {refusal.unblock}"],
-                EXIT_BLOCKED, as_json)
+        return (result, [f"blocked: {key}: {refusal.reason}", f"to unblock: {refusal.unblock}"],
+                EXIT_BLOCKED)
     if refusal is not None:
         if begun.status is ClaimStatus.BUSY:
             engine.note_answer(begun, recorded)
         result["reason"] = refusal.message
-        _finish(result, [f"busy: {refusal.message}"], refusal.exit_code, as_json)
+        return result, [f"busy: {refusal.message}"], refusal.exit_code
     attempt_run = begun.run
     assert attempt_run is not None and attempt_run.attempt is not None
     result["attempt"] = attempt_run.number
@@ -139,33 +220,88 @@ def run_job(engine: Engine, job_name: str, params: Mapping[str, str], cmd: Seque
         why = (f"attempt {attempt_run.number} of {key} lost its lease to another attempt; "
                "nothing more was recorded")
         result.update(status="stale", reason=why)
-        _finish(result, [f"stale: {why}"], EXIT_BUSY, as_json)
+        return result, [f"stale: {why}"], EXIT_BUSY
     crash_point("run", "before-closeout")
     why = f"command exited {rc}" if rc >= 0 else f"command killed by signal {-rc}"
     try:
         out = attempt_run.close(success=rc == 0, reason=why)
     except StaleAttempt as exc:
         result.update(status="stale", reason=str(exc))
-        _finish(result, [f"stale: {exc}"], EXIT_BUSY, as_json)
+        return result, [f"stale: {exc}"], EXIT_BUSY
     result.update(state=out.state, reason=out.reason)
     line = f"{out.state}: {key} (attempt {attempt_run.number})"
     if out.reason:
         line += f": {out.reason}"
     if out.state == "done":
-        _finish(result, [line], EXIT_DONE, as_json)
+        return result, [line], EXIT_DONE
     if out.state == "blocked":
         result["unblock"] = unblock_hint(engine.ledger, out)
-        _finish(result, [line, f"to unblock: {result['unblock']}"], EXIT_BLOCKED, as_json)
-    _finish(result, [line], EXIT_FAILED, as_json)
+        return result, [line, f"to unblock: {result['unblock']}"], EXIT_BLOCKED
+    return result, [line], EXIT_FAILED
+
+
+def _window(engine: Engine, job_name: str, given: Mapping[str, str], catch_up: bool | None,
+            window: str | None) -> Window | None:
+    """The catch-up window this run uses, or ``None``: ``--catch-up[-window]``, else the
+    job's ``catch_up`` for the run of the current occurrence (not for a backfill naming
+    its occurrence with ``-p``)."""
+    from ..catchup import DEFAULT_WINDOW, parse_window
+
+    if catch_up is False:
+        if window is not None:
+            raise click.UsageError("--catch-up-window and --no-catch-up cannot be combined")
+        return None
+    if window is not None:
+        return parse_window(window, "--catch-up-window")
+    job = engine.config.job(job_name)
+    if catch_up:
+        return job.catch_up or parse_window(DEFAULT_WINDOW)
+    named = any(job.params.get(name) == "occurrence" for name in given)
+    return None if named else job.catch_up
+
+
+def _dry_run(engine: Engine, job_name: str, given: Mapping[str, str],
+             window: Window | None, as_json: bool) -> NoReturn:
+    """What the run would do, oldest first; nothing is run or recorded."""
+    from ..catchup import plan
+
+    caught = plan(engine, job_name, given, window) if window is not None else None
+    params = caught.params if caught is not None else given
+    key = engine.outcome_key(job_name, params)[1]
+    out = engine.ledger.outcome(key)
+    now = out.state if out is not None else "missing"
+    action = {"done": "nothing (done)", "blocked": "stop (blocked)"}.get(str(now), "run")
+    earlier = [{"occurrence": e.occurrence, "key": e.key, "state": e.state,
+                "action": "catch up" if e.runnable else "skip (blocked)"}
+               for e in (caught.earlier if caught is not None else ())]
+    if as_json:
+        emit_json({"dry_run": True, "job": job_name,
+                   "window": window.text if window is not None else None,
+                   "current": {"key": key, "state": now, "action": action},
+                   "catch_up": earlier, "exit_code": EXIT_DONE})
+    else:
+        table(["key", "state", "action"],
+              [*((e["key"], e["state"], e["action"]) for e in earlier), (key, now, action)])
+    sys.exit(EXIT_DONE)
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("job_name", metavar="JOB")
 @params_option()
 @click.option("--openclaw-run-id", metavar="ID", help="Record OpenClaw's run id with the attempt.")
+@click.option("--catch-up/--no-catch-up", "catch_up", default=None,
+              help="First finish earlier occurrences that are not done (failed, unknown, never "
+                   "ran), oldest first (default: the job's catch_up setting).")
+@click.option("--catch-up-window", "window", metavar="WINDOW",
+              help="How far back --catch-up looks from the current occurrence: an age (7d, "
+                   "36h) or a number of occurrences (3). Implies --catch-up. Default: the "
+                   "job's catch_up, else 7d.")
+@click.option("--dry-run", is_flag=True,
+              help="List what would run (earlier occurrences and the current one); run nothing.")
 @json_option
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(job_name: str, params: tuple[str, ...], openclaw_run_id: str | None, as_json: bool,
+def run(job_name: str, params: tuple[str, ...], openclaw_run_id: str | None,
+        catch_up: bool | None, window: str | None, dry_run: bool, as_json: bool,
         cmd: tuple[str, ...]) -> None:
     """Run CMD as the next attempt at JOB's outcome, unless it is already done.
 
@@ -178,9 +314,20 @@ def run(job_name: str, params: tuple[str, ...], openclaw_run_id: str | None, as_
     --json the result is one JSON object on stdout and CMD's output goes to
     stderr.
 
+    With --catch-up (or the job's catch_up setting, for the run of the
+    current occurrence), earlier occurrences inside the window that are not
+    done run first, oldest first, each under its own key; blocked ones are
+    reported, not run. The exit code is the current occurrence's; when that
+    is 0, 3 if an earlier one ended blocked, 1 if one ended otherwise not done.
+
     \b
     Example:
       retrysafe run weekly-ops-report -p week=2026-W32 -- ./send-report.sh
     """
-    run_job(state().engine, job_name, parse_assignments(params), cmd,
-            context=run_context(openclaw_run_id), as_json=as_json)
+    engine = state().engine
+    given = parse_assignments(params)
+    catch = _window(engine, job_name, given, catch_up, window)
+    if dry_run:
+        _dry_run(engine, job_name, given, catch, as_json)
+    run_job(engine, job_name, given, cmd, context=run_context(openclaw_run_id), as_json=as_json,
+            catch_up=catch)

@@ -1,0 +1,172 @@
+"""Finishing earlier occurrences of a job before the current one (``retrysafe run --catch-up``).
+
+OpenClaw (like cron) never re-runs an occurrence that ended badly: a weekly job
+whose Monday run ended ``unknown`` waits a week. With catch-up, the run of an
+occurrence first finishes the earlier occurrences of the same job inside a
+window that never reached ``done`` (never ran, ``failed``, ``unknown``,
+``settled``, or left in progress by a run that died), oldest first, each under
+its own outcome key and with its own attempt; a ``blocked`` one waits for a
+person and is only reported. Each attempt goes through the normal effect
+algorithm, so a step that may have happened is looked up, never blindly run
+again.
+
+This module decides which occurrences and what the whole run exits with;
+``cli/run.py`` runs them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from .ages import parse_age
+from .errors import EXIT_BLOCKED, EXIT_BUSY, EXIT_DONE, EXIT_FAILED, InvalidInput
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+__all__ = [
+    "DEFAULT_WINDOW",
+    "Earlier",
+    "Plan",
+    "Window",
+    "exit_code",
+    "parse_window",
+    "plan",
+]
+
+DEFAULT_WINDOW = "7d"
+"""The window when catch-up is on and none is given: a week before the current
+occurrence, which holds a weekly job's previous run and a daily job's last seven."""
+
+_COUNT = re.compile(r"^\d{1,6}$")
+#: states of an earlier occurrence that a person must settle: reported, never run
+_WAITING = frozenset({"blocked"})
+
+
+@dataclass(frozen=True)
+class Window:
+    """How far back catch-up looks from the current occurrence: an age on the job's
+    wall clock (``7d``: the previous Monday 07:00 from Monday 07:00, daylight saving
+    or not) or a number of occurrences (``3``: the three before it)."""
+
+    text: str
+    age: float | None = None
+    count: int | None = None
+
+
+def parse_window(value: object, what: str = "catch-up window") -> Window:
+    """A window from an option or the config: an age (``7d``, ``36h``) or a whole
+    number of occurrences (``4``, or the integer 4 in the config); anything else,
+    zero and negative numbers included, is refused with one line (exit 2)."""
+    if isinstance(value, bool):
+        raise InvalidInput(f"{what} {value!r} is not an age like 7d or a number of occurrences")
+    if isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, str):
+        text = value.strip()
+    else:
+        raise InvalidInput(f"{what} {value!r} is not an age like 7d or a number of occurrences")
+    if text.startswith("-"):
+        raise InvalidInput(f"{what} {text!r} cannot be negative: give an age like 7d or a "
+                           "number of occurrences (1 or more)")
+    if _COUNT.match(text):
+        if int(text) < 1:
+            raise InvalidInput(f"{what} {text!r} must be 1 or more occurrences")
+        return Window(text, count=int(text))
+    try:
+        seconds = parse_age(text, what)
+    except InvalidInput:
+        raise InvalidInput(
+            f"{what} {text!r} is not an age like 7d, 36h or 2w, nor a number of occurrences "
+            "(1 or more)") from None
+    if seconds <= 0:
+        raise InvalidInput(f"{what} {text!r} must be longer than zero")
+    return Window(text, age=seconds)
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """An earlier occurrence that is not done: run it, or (``blocked``) report it."""
+
+    occurrence: str
+    key: str
+    state: str
+    """its outcome's state when the run started, or ``missing``: it never ran"""
+    reason: str
+
+    @property
+    def runnable(self) -> bool:
+        return self.state not in _WAITING
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The current occurrence (the parameters that name it) and the earlier ones to finish."""
+
+    job: str
+    param: str
+    """the job's occurrence parameter"""
+    current: str
+    """the current occurrence's canonical text"""
+    params: Mapping[str, str]
+    """the parameters naming the current occurrence (its occurrence given explicitly, so
+    the clock is read once)"""
+    window: Window
+    earlier: tuple[Earlier, ...]
+
+
+def plan(engine: Engine, job_name: str, given: Mapping[str, str], window: Window,
+         now: datetime | None = None) -> Plan:
+    """The current occurrence of ``job_name`` (``given`` may name it; else the latest at
+    ``now``) and the earlier ones inside ``window`` that are not done, oldest first.
+
+    A job without a schedule and an occurrence parameter has no earlier occurrences:
+    :class:`InvalidInput` (exit 2)."""
+    from .errors import ConfigError
+    from .missed import missed_occurrences, occurrence_param
+
+    try:
+        name, schedule = occurrence_param(engine, job_name)
+    except ConfigError:
+        raise InvalidInput(
+            f"--catch-up needs a job with a schedule and an occurrence parameter; "
+            f"{job_name!r} has none, so it has no earlier occurrences to finish") from None
+    spec = engine.config.job(job_name)
+    canonical = spec.resolve_params(given, now or datetime.now(UTC))
+    current_text = canonical[name]
+    current = schedule.parse_value(current_text)
+    if window.count is not None:
+        start = current
+        for _ in range(window.count):
+            start = schedule.latest_at_or_before(start - timedelta(microseconds=1))
+    else:
+        assert window.age is not None
+        # aware arithmetic in one zone is wall-clock arithmetic: 7d before Monday 07:00
+        # is the previous Monday 07:00 across a daylight-saving change too
+        start = current.astimezone(schedule.zone) - timedelta(seconds=window.age)
+    others = {k: v for k, v in given.items() if k != name}
+    end = current.astimezone(UTC) - timedelta(microseconds=1)
+    rows = missed_occurrences(engine, job_name, start.astimezone(UTC), end, others)
+    earlier = tuple(Earlier(r.occurrence, r.key, r.state, r.reason) for r in rows)
+    return Plan(job_name, name, current_text, {**given, name: current_text}, window, earlier)
+
+
+def exit_code(current: int, earlier: Iterable[int]) -> int:
+    """What a run with catch-up exits with: the current occurrence's code when it is not
+    0; else 3 when an earlier occurrence this run tried ended blocked (or was found out
+    of attempts), else 1 when one ended without ``done`` (unknown, failed, an error),
+    else 0. An earlier one busy elsewhere (75) is not an error: another run finishes
+    it. Earlier occurrences that were blocked before the run are reported only (their
+    block was an error when it happened); the caller leaves them out of ``earlier``."""
+    if current != EXIT_DONE:
+        return current
+    codes = set(earlier)
+    if EXIT_BLOCKED in codes:
+        return EXIT_BLOCKED
+    if codes - {EXIT_DONE, EXIT_BUSY, EXIT_BLOCKED}:
+        return EXIT_FAILED
+    return EXIT_DONE
