@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import Home
@@ -51,7 +52,7 @@ def _week(home: Home, day: str, *cmd: str) -> int:
     return home.run("run", "weekly", "-p", f"occurrence={day}", "--", *cmd).returncode
 
 
-def _state(home: Home, key: str) -> dict:
+def _state(home: Home, key: str) -> Any:
     done = home.run("status", key, "--json")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)

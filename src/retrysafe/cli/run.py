@@ -323,6 +323,7 @@ def run(job_name: str, params: tuple[str, ...], openclaw_run_id: str | None,
     \b
     Example:
       retrysafe run weekly-ops-report -p week=2026-W32 -- ./send-report.sh
+      retrysafe run weekly-ops-report --catch-up -- ./send-report.sh
     """
     engine = state().engine
     given = parse_assignments(params)
