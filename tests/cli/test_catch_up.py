@@ -335,3 +335,14 @@ def test_missed_run_runs_each_occurrence_alone(home: Home, tmp_path: Path) -> No
                     "--", *_recorder(log))
     assert done.returncode == 0, done.stdout + done.stderr
     assert _ran(log) == ["daily:2026-11-10T0000", "daily:2026-11-11T0000"]
+
+
+def test_the_job_setting_does_not_apply_in_a_drill_trial(home: Home, tmp_path: Path) -> None:
+    """A drill trial's run does its own outcome only: drills count each trial's effects."""
+    home.path.mkdir(parents=True, exist_ok=True)
+    home.config(DAILY)
+    log = tmp_path / "ran.log"
+    done = home.run("run", "daily", "--", *_recorder(log), env={"RETRYSAFE_DRILL_TRIAL": "t1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    [only] = _ran(log)
+    assert only.endswith("~t1") and "catch-up" not in done.stdout

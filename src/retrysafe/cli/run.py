@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from .. import envvars
 from ..crash import crash_point
 from ..engine import Engine, unblock_hint
 from ..errors import (
@@ -244,18 +245,22 @@ def _window(engine: Engine, job_name: str, given: Mapping[str, str], catch_up: b
             window: str | None) -> Window | None:
     """The catch-up window this run uses, or ``None``: ``--catch-up[-window]``, else the
     job's ``catch_up`` for the run of the current occurrence (not for a backfill naming
-    its occurrence with ``-p``)."""
-    from ..catchup import DEFAULT_WINDOW, parse_window
-
+    its occurrence with ``-p``, nor inside a drill trial, whose runs are counted)."""
     if catch_up is False:
         if window is not None:
             raise click.UsageError("--catch-up-window and --no-catch-up cannot be combined")
         return None
     if window is not None:
+        from ..catchup import parse_window
+
         return parse_window(window, "--catch-up-window")
     job = engine.config.job(job_name)
     if catch_up:
+        from ..catchup import DEFAULT_WINDOW, parse_window
+
         return job.catch_up or parse_window(DEFAULT_WINDOW)
+    if job.catch_up is None or os.environ.get(envvars.DRILL_TRIAL):
+        return None
     named = any(job.params.get(name) == "occurrence" for name in given)
     return None if named else job.catch_up
 
