@@ -31,34 +31,59 @@ def _assert_once_everywhere(targets: ContentTargets, trials: list[dict[str, obje
             assert counts[system].get(f"{key}/{step}") == 1, (system, key)
 
 
+# --points seed narrowed to publish: one trial of each kind of scenario (before-intent,
+# after-record, failed, cut); the whole set (12 trials) is the heavy tier's
+SEED_ALL = {("publish", "before-intent"), ("publish", "after-record"),
+            ("notify", "after-record"), ("publish", "failed"), ("publish", "cut"),
+            ("notify", "cut")}
+SEED_NARROWED = {("publish", "before-intent"), ("publish", "after-record"),
+                 ("publish", "failed"), ("publish", "cut")}
+
+
+@pytest.mark.parametrize(("only", "points", "trials"), [
+    pytest.param(("publish:*",), SEED_NARROWED, 6, id="each-kind"),
+    pytest.param((), SEED_ALL, 12, id="all", marks=pytest.mark.heavy),
+])
 def test_seed_scenarios_pass_and_every_effect_lands_once(
-        content_targets: ContentTargets, tmp_path: Path) -> None:
+        content_targets: ContentTargets, tmp_path: Path, only: tuple[str, ...],
+        points: set[tuple[str, str]], trials: int) -> None:
     """--points seed: every named scenario ends done with one post, one row, one message."""
     home = content_targets.home(tmp_path / "home")
     report_file = tmp_path / "drill.json"
-    proc = _drill(home, "--points", "seed", "--json", str(report_file))
+    narrow = [arg for pattern in only for arg in ("--only", pattern)]
+    proc = _drill(home, "--points", "seed", *narrow, "--json", str(report_file))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(report_file.read_text())
     assert report["ok"] and report["summary"]["failed"] == 0
-    points = {(t["step"], t["point"]) for t in report["trials"]}
-    assert {("publish", "before-intent"), ("publish", "after-record"),
-            ("notify", "after-record"), ("publish", "failed"), ("publish", "cut"),
-            ("notify", "cut")} <= points
+    seen = {(t["step"], t["point"]) for t in report["trials"]}
+    assert points <= seen
+    if only:
+        assert seen - {("-", "clean"), ("-", "clean-again")} == points
     _assert_once_everywhere(content_targets, report["trials"])
     assert "drill: [" in proc.stderr  # progress went to stderr
-    assert "12 passed, 0 failed" in proc.stdout
+    assert f"{trials} passed, 0 failed" in proc.stdout
 
 
-def test_the_frozen_draft_is_the_one_published(content_targets: ContentTargets,
-                                               tmp_path: Path) -> None:
-    """After a crash between publish and record, the post holds the first accepted draft."""
+def test_crash_points_of_publish_and_the_run_pass_and_the_frozen_draft_is_published(
+        content_targets: ContentTargets, tmp_path: Path) -> None:
+    """--points all, narrowed with --only (a pattern and exact points): publish at every
+    crash point, the draft after its record and the run's close-out (every point of every
+    step: the heavy test below). After each crash, between publish and record included,
+    the post holds the first accepted draft."""
     home = content_targets.home(tmp_path / "home")
     report_file = tmp_path / "drill.json"
-    proc = _drill(home, "--only", "publish:after-execute", "--only", "draft:after-record",
-                  "--json", str(report_file))
+    proc = _drill(home, "--only", "publish:*", "--only", "draft:after-record",
+                  "--only", "run:before-closeout", "--json", str(report_file))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    for point in ("before-intent", "after-intent", "after-execute", "after-record",
+                  "before-closeout"):
+        assert point in proc.stdout
+    assert "after-begin" not in proc.stdout
+    assert "8 trials, 8 passed, 0 failed" in proc.stdout  # the two clean runs and six trials
     report = json.loads(report_file.read_text())
     posts = {p["key"]: p for p in content_targets.state()["cms"]}
+    labels = {(t["step"], t["point"]) for t in report["trials"]}
+    assert {("publish", "after-execute"), ("draft", "after-record")} <= labels
     for trial in report["trials"]:
         key = trial["outcome_key"]
         status = json.loads(retrysafe("status", key, "--json", env=example_env(home)).stdout)
@@ -66,21 +91,8 @@ def test_the_frozen_draft_is_the_one_published(content_targets: ContentTargets,
         assert posts[f"{key}/publish"]["body"] == Path(draft["artifact"]).read_text()
 
 
-def test_crash_points_of_publish_and_the_run_pass(content_targets: ContentTargets,
-                                                  tmp_path: Path) -> None:
-    """--points all, narrowed with --only (a pattern and an exact point): publish at every
-    crash point and the run's close-out (every point of every step: the test below)."""
-    home = content_targets.home(tmp_path / "home")
-    proc = _drill(home, "--only", "publish:*", "--only", "run:before-closeout")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    for point in ("before-intent", "after-intent", "after-execute", "after-record",
-                  "before-closeout"):
-        assert point in proc.stdout
-    assert "after-begin" not in proc.stdout
-    assert "7 trials, 7 passed, 0 failed" in proc.stdout  # the two clean runs and five trials
-
-
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_every_crash_point_passes(content_targets: ContentTargets, tmp_path: Path) -> None:
     """--points all: every step at every crash point, and the run's points."""
     home = content_targets.home(tmp_path / "home")

@@ -21,15 +21,19 @@ from retrysafe.ledger import open_ledger
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-WORKERS = 32
-OUTCOMES = 1000
+# the default run races 8 workers over 200 outcomes; 32 over 1,000 is the heavy tier's
+RACES = [pytest.param(8, 200, id="8-workers"),
+         pytest.param(32, 1000, id="32-workers", marks=pytest.mark.heavy)]
 
 
 @pytest.mark.timeout(600)
-def test_32_workers_racing_over_1000_outcomes_do_each_effect_exactly_once(pg_db: str) -> None:
-    """32 processes, each with its own connections, go through the same 1,000 outcomes
-    in their own shuffled order; busy outcomes are skipped and retried. Every outcome
-    ends done, with exactly one row in the effects table as its evidence."""
+@pytest.mark.parametrize(("workers", "outcomes"), RACES)
+def test_workers_racing_over_the_same_outcomes_do_each_effect_exactly_once(
+        pg_db: str, workers: int, outcomes: int) -> None:
+    """Many processes (32 over 1,000 outcomes in the heavy tier), each with its own
+    connections, go through the same outcomes in their own shuffled order; busy outcomes
+    are skipped and retried. Every outcome ends done, with exactly one row in the effects
+    table as its evidence."""
     dbname = pg_db.rsplit("/", 1)[1].split("?")[0]
     with psycopg.connect(pg_db, autocommit=True) as conn:
         # commit durability is the restart test's subject; here, locking and fencing
@@ -39,10 +43,10 @@ def test_32_workers_racing_over_1000_outcomes_do_each_effect_exactly_once(pg_db:
     try:
         home = race_home(folder / "home", lease_seconds=10)
         began = time.monotonic()
-        procs = [subprocess.Popen(worker_cmd(home, pg_db, pg_db, OUTCOMES, seed),
+        procs = [subprocess.Popen(worker_cmd(home, pg_db, pg_db, outcomes, seed),
                                   env=worker_env(), stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
-                 for seed in range(WORKERS)]
+                 for seed in range(workers)]
         outs = [p.communicate(timeout=540) for p in procs]
         elapsed = time.monotonic() - began
         failed = [(p.returncode, err[-3000:]) for p, (_o, err) in zip(procs, outs, strict=True)
@@ -50,10 +54,10 @@ def test_32_workers_racing_over_1000_outcomes_do_each_effect_exactly_once(pg_db:
         assert not failed, failed
         stats = [json.loads(out.strip().splitlines()[-1]) for out, _e in outs]
         with open_ledger(pg_db) as ledger:
-            assert_exactly_once_and_intact(ledger, pg_db, OUTCOMES)
+            assert_exactly_once_and_intact(ledger, pg_db, outcomes)
         # the workers' own count agrees with the table: nobody executed twice
-        assert sum(s["effects"] for s in stats) == OUTCOMES
-        print(f"{WORKERS} workers, {OUTCOMES} outcomes: {elapsed:.1f}s, "
+        assert sum(s["effects"] for s in stats) == outcomes
+        print(f"{workers} workers, {outcomes} outcomes: {elapsed:.1f}s, "
               f"busy {sum(s['busy'] for s in stats)}, stale {sum(s['stale'] for s in stats)}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
