@@ -11,6 +11,7 @@ never reaches back to the :class:`~retrysafe.engine.Engine` that made it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import threading
@@ -99,18 +100,16 @@ class Run:
     """An attempt in progress. Get one from :func:`retrysafe.start`."""
 
     def __init__(self, ledger: Ledger, settings: Settings, job: Job,
-                 attempt: AttemptRecord | None, outcome: OutcomeRecord | None = None) -> None:
+                 attempt: AttemptRecord | None, outcome: OutcomeRecord | None = None, *,
+                 folder_on_demand: bool = False) -> None:
         self.ledger = ledger
         self.settings = settings
         self.job = job
         self.attempt = attempt
         self.key = attempt.outcome_key if attempt else (outcome.key if outcome else "")
         self.read_only = attempt is None
-        number = attempt.number if attempt else 0
-        self.folder = AttemptFolder(settings.home, job.name, self.key, number)
+        self._on_demand = folder_on_demand and attempt is not None
         self._beat: threading.Thread | None = None
-        self._stop = threading.Event()
-        self.lost = threading.Event()
         self.on_lost: Callable[[], None] | None = None
         self._crash_point = injector()  # drills and tests: RETRYSAFE_CRASH_AT
         #: the furthest progress mark this run knows its outcome has reached
@@ -124,11 +123,27 @@ class Run:
         return cls(ledger, settings, job, None, outcome)
 
     # --- basics ------------------------------------------------------------------
+    # made when first used: a re-run of a done outcome (read-only) needs none of them
+
+    @functools.cached_property
+    def folder(self) -> AttemptFolder:
+        """This attempt's folder (:mod:`retrysafe.folders`)."""
+        return AttemptFolder(self.settings.home, self.job.name, self.key, self.number,
+                             on_demand=self._on_demand)
+
+    @functools.cached_property
+    def lost(self) -> threading.Event:
+        """Set when the heartbeat found the lease taken over."""
+        return threading.Event()
+
+    @functools.cached_property
+    def _stop(self) -> threading.Event:
+        return threading.Event()
 
     @property
     def dir(self) -> Path:
-        """This attempt's own folder."""
-        return self.folder.path
+        """This attempt's own folder (made now if it was left to be made on demand)."""
+        return self.folder.ensure()
 
     @property
     def number(self) -> int:

@@ -39,7 +39,9 @@ class ClosingRun(Protocol):
     job: Job
     key: str
     attempt: AttemptRecord | None
-    folder: AttemptFolder
+
+    @property
+    def folder(self) -> AttemptFolder: ...
 
     @property
     def dir(self) -> Path: ...
@@ -80,6 +82,8 @@ def acceptance_problems(run: ClosingRun, steps: list[StepRecord],
     """The job's own acceptance: ``expected_artifacts`` exist (in the attempt
     folder, or beside an accepted artifact) and every ``accept`` command passes."""
     problems: list[str] = []
+    if not run.job.expected_artifacts and not run.job.accept:
+        return problems  # nothing to check (and no attempt folder to make for it)
     artifact_dirs: list[Path] = [attempt_dir or run.dir]
     artifact_dirs += [Path(s.artifact).parent for s in steps
                       if s.kind == "generate" and s.artifact and s.state == _S.DONE]
@@ -147,7 +151,10 @@ def close(run: ClosingRun, success: bool, reason: str = "") -> OutcomeRecord:
     state, why, cause = _verdict(steps, success, reason, open_steps + others)
     if others and state != _O.FAILED:
         why = "; ".join([why, *others]).rstrip("; ")
-    out = run.ledger.finish(attempt, state, why, cause=cause, accepted=state == _O.DONE)
+    # the finish needs a sync of its own only when no step records what happened: an
+    # outcome without steps (the command was the work) is done only by this commit
+    out = run.ledger.finish(attempt, state, why, cause=cause, accepted=state == _O.DONE,
+                            durable=not steps)
     # terminal status first; the summary is a nicety written after it. Both, and the
     # log, are derived from the ledger just committed: replaced whole, not synced
     # (folders.py), so close-out costs the ledger's one durable commit

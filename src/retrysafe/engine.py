@@ -120,6 +120,7 @@ class Engine:
     def __init__(self, config: Config, ledger: Ledger | None = None) -> None:
         self.config = config
         self._ledger = ledger
+        self._home_made = False  # ensure_home once per engine, not per outcome
 
     @classmethod
     def open(
@@ -194,9 +195,10 @@ class Engine:
         return spec, key, canonical
 
     def run_for(self, job: Job, attempt: AttemptRecord | None,
-                outcome: OutcomeRecord | None = None) -> Run:
+                outcome: OutcomeRecord | None = None, *, folder_on_demand: bool = False) -> Run:
         """A :class:`Run` of ``attempt`` (``None``: a read-only view of ``outcome``)."""
-        return Run(self.ledger, self.config.settings, job, attempt, outcome)
+        return Run(self.ledger, self.config.settings, job, attempt, outcome,
+                   folder_on_demand=folder_on_demand)
 
     def begin(
         self,
@@ -207,19 +209,23 @@ class Engine:
         context: Mapping[str, str] | None = None,
         now: datetime | None = None,
         lease_seconds: float | None = None,
+        folder: bool = True,
     ) -> Start:
         """Claim the next attempt of the outcome ``job`` + ``params`` names.
 
         ``lease_seconds`` (default: the job's) is how long the attempt lives
         without a renewal; an agent's attempt records it, so each later
-        command renews the same lease (:meth:`resume`).
+        command renews the same lease (:meth:`resume`). ``folder=False``: the
+        attempt folder is made on demand (folders.py), as :meth:`start` does.
         """
         spec, key, canonical = self.outcome_key(job, params, now)
         # a done outcome stays done: one read answers a re-run, no write transaction
         known = self.ledger.outcome(key)
         if known is not None and known.state == OutcomeState.DONE and known.job == spec.name:
             return Start(ClaimStatus.DONE, key, known, None, Claim(ClaimStatus.DONE, known))
-        ensure_home(self.home)
+        if not self._home_made:
+            ensure_home(self.home)
+            self._home_made = True
         context = dict(context or {})
         if lease_seconds is not None:
             context[LEASE_FIELD] = str(lease_seconds)
@@ -237,12 +243,14 @@ class Engine:
         unblock = ""
         if claim.status is ClaimStatus.STARTED:
             assert claim.attempt is not None
-            run = self.run_for(spec, claim.attempt, claim.outcome)
-            from .identity import remove_temp_leftovers, set_aside_stale_folder
+            run = self.run_for(spec, claim.attempt, claim.outcome, folder_on_demand=not folder)
+            if folder:
+                from .identity import remove_temp_leftovers, set_aside_stale_folder
 
-            set_aside_stale_folder(run.folder.path, claim.attempt.id)
-            run.folder.create()
-            remove_temp_leftovers(run.folder.outcome_dir)
+                set_aside_stale_folder(run.folder.path, claim.attempt.id)
+                run.folder.create()
+                if claim.attempt.number > 1:  # only an earlier attempt's writer left any
+                    remove_temp_leftovers(run.folder.outcome_dir)
             run.folder.write_status(claim.attempt.id, "running", context=context)
             run.folder.log(claim.attempt.id, key, "begin", "started",
                            superseded=claim.superseded.id if claim.superseded else None)
@@ -271,7 +279,7 @@ class Engine:
             answer = "busy"
             said = f"held by attempt {held.number}; nothing ran" if held else "busy; nothing ran"
         ledger = self.ledger
-        with ledger.backend.transaction() as tx:
+        with ledger.backend.transaction(durable=False) as tx:  # history only
             ledger._log(tx, begun.key, kind="answer", frm=begun.outcome.state, to=answer,
                         actor=context.get("runner") or "run", reason=f"{said} ({who})")
 
@@ -364,7 +372,7 @@ class Engine:
               heartbeat: bool = True) -> Iterator[Run]:
         """:func:`start` on this engine: the config and ledger stay open for the next
         outcome, so a process handling many outcomes opens them once."""
-        begun = self.begin(job, params or {})
+        begun = self.begin(job, params or {}, folder=False)
         if begun.status is ClaimStatus.DONE:
             yield self.run_for(self.config.job(job), None, begun.outcome)
             return

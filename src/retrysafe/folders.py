@@ -16,10 +16,23 @@ Nothing below the home is followed through a symbolic link: the folders are
 checked once (made ``0700`` when created), the log is opened without
 following a link, and ``status.json``/``summary.json`` refuse one
 (:class:`~retrysafe.errors.UnsafePath`, exit 2).
+
+Folders on demand. An attempt of the Python API (:func:`retrysafe.start`) gets
+its folder only when something needs a place on disk: a generated artifact,
+``run.dir``, a command's environment, the job's acceptance checks. Until then
+its log lines go to the job's journal, ``runs/<job>/.journal/<UTC day>.jsonl``
+(one line per action, each naming its outcome and attempt, appended with
+``O_APPEND`` by every process of the job), and it writes no ``status.json``: the
+ledger says the same. So an outcome with one effect and no file costs a line
+or three in a shared file instead of two folders and three files, and no
+folder holds one entry per outcome. ``retrysafe recover`` reads the journals
+as well as the folders. A slug never starts with ``.``, so ``.journal`` is
+never an outcome's folder.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,20 +42,52 @@ from .errors import HomeNotWritable
 from .fsio import JsonlAppender, atomic_write_json, json_members, json_string, private_dirs
 from .keys import check_name, slug
 
-__all__ = ["AttemptFolder", "outcome_dir"]
+__all__ = ["JOURNAL", "AttemptFolder", "journal_dir", "outcome_dir"]
+
+JOURNAL = ".journal"
+"""The folder of a job's journal, beside its outcomes' folders."""
 
 
 def outcome_dir(home: Path, job: str, key: str) -> Path:
-    runs = (home / "runs").absolute()
-    path = runs / check_name("job", job) / slug(key)
+    name = slug(key)
     # slug() cannot produce separators or dot-dot; this is the belt to its braces.
-    if runs not in path.parents:
-        raise HomeNotWritable(f"outcome key {key!r} would leave {runs}")
-    return path
+    if not name or "/" in name or name.startswith("."):
+        raise HomeNotWritable(f"outcome key {key!r} would leave {home / 'runs'}")
+    return (home / "runs").absolute() / check_name("job", job) / name
+
+
+def journal_dir(home: Path, job: str) -> Path:
+    return (home / "runs").absolute() / check_name("job", job) / JOURNAL
+
+
+# One journal file per job and UTC day, kept open by the process that appends to it
+# (a worker handling many outcomes opens it once a day); never shared across fork.
+_JOURNALS: dict[tuple[int, Path, str], tuple[str, JsonlAppender]] = {}
+_JOURNALS_KEPT = 16
+
+
+def _journal(home: Path, job: str) -> JsonlAppender:
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    key = (os.getpid(), home, job)
+    kept = _JOURNALS.get(key)
+    if kept is not None and kept[0] == day:
+        return kept[1]
+    for stale in [k for k in _JOURNALS if k[0] != key[0] or k == key]:
+        _, old = _JOURNALS.pop(stale)  # yesterday's file of this job, or another process's
+        if stale[0] == key[0]:
+            old.close()
+    while len(_JOURNALS) >= _JOURNALS_KEPT:
+        _JOURNALS.pop(next(iter(_JOURNALS)))[1].close()
+    folder = journal_dir(home, job)
+    private_dirs(folder.parent.parent.parent, ("runs", folder.parent.name, JOURNAL))
+    log = JsonlAppender(folder / f"{day}.jsonl")
+    _JOURNALS[key] = (day, log)
+    return log
 
 
 class AttemptFolder:
-    def __init__(self, home: Path, job: str, key: str, number: int) -> None:
+    def __init__(self, home: Path, job: str, key: str, number: int, *,
+                 on_demand: bool = False) -> None:
         self.outcome_dir = outcome_dir(home, job, key)
         self.path = self.outcome_dir / f"attempt-{number}"
         self.key = key
@@ -52,6 +97,15 @@ class AttemptFolder:
         self._base = self.outcome_dir.parent.parent.parent  # the home, as given
         self._parts = ("runs", self.outcome_dir.parent.name, self.outcome_dir.name, self.path.name)
         self._checked = 0  # how many of _parts are known to be real folders
+        #: lines written to the journal before the folder was made (on demand only)
+        self._early: list[str] | None = [] if on_demand else None
+        self._attempt_id = ""
+        self._journal: JsonlAppender | None = None  # the file this attempt journals to
+
+    @property
+    def made(self) -> bool:
+        """Does the attempt have its folder (always, unless made on demand)?"""
+        return self._early is None
 
     def create(self) -> None:
         """Make the attempt folder (and those above it, ``0700``), refusing links."""
@@ -62,6 +116,24 @@ class AttemptFolder:
                                   f"{exc.strerror or exc}") from None
         self._checked = len(self._parts)
 
+    def ensure(self) -> Path:
+        """The folder of an attempt made on demand, made now if it is not yet: an
+        old folder of the same number is set aside first (identity.py), then the
+        attempt's status and the lines it journaled so far are written into it."""
+        early = self._early
+        if early is not None:
+            from .identity import set_aside_stale_folder
+
+            if self._attempt_id:
+                set_aside_stale_folder(self.path, self._attempt_id)
+            self.create()
+            self._early = None
+            if self._attempt_id:
+                self.write_status(self._attempt_id, "running")
+            for members in early:
+                self._log.append_members(members)
+        return self.path
+
     def _check(self, depth: int) -> None:
         """Once per folder object: the first ``depth`` folders are real, not links."""
         if self._checked < depth:
@@ -69,6 +141,9 @@ class AttemptFolder:
             self._checked = depth
 
     def write_status(self, attempt_id: str, state: str, **extra: Any) -> None:
+        if self._early is not None:  # no folder yet: the ledger says it
+            self._attempt_id = attempt_id
+            return
         self._check(4)
         atomic_write_json(self.path / "status.json", refuse_link=True, durable=False, obj={
             "outcome_key": self.key,
@@ -108,6 +183,16 @@ class AttemptFolder:
                    f'"result": {json_string(result)}')
         if extra:
             members += ", " + json_members(extra)
+        early = self._early
+        if early is not None:
+            self._attempt_id = attempt_id
+            early.append(members)
+            if self._journal is None or self._journal._fh is None:
+                self._journal = _journal(self._base, self.job)
+            self._journal.append_members(
+                f'"outcome_key": {json_string(self.key)}, "job": {json_string(self.job)}, '
+                f'"attempt": {self.number}, {members}', sync=sync)
+            return
         if self._checked < 4:
             self._check(4)
         self._log.append_members(members, sync=sync)
@@ -115,6 +200,8 @@ class AttemptFolder:
     def open_log(self) -> None:
         """Open the log now (checking the folders, refusing a link), so that a
         caller can be refused before it records anything."""
+        if self._early is not None:
+            return
         self._check(4)
         self._log.open()
 
@@ -124,6 +211,8 @@ class AttemptFolder:
 
     def write_summary(self, state: str, accepted: str | None, reason: str,
                       steps: Mapping[str, Any]) -> None:
+        if self._early is not None and not self.outcome_dir.is_dir():
+            return  # no attempt of the outcome has a folder: its summary is the ledger's
         self._check(3)
         atomic_write_json(self.outcome_dir / "summary.json", refuse_link=True, durable=False,
                           obj={

@@ -9,6 +9,7 @@ the jobs' ``keep`` settings, and the ``runs/`` folders of pruned outcomes.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -99,13 +100,15 @@ class Pruned:
     steps: int = 0
     events: int = 0
     folders: int = 0
+    journals: int = 0
+    """journal files (folders.py) none of whose outcomes is left"""
     kept_folders: list[str] = field(default_factory=list)
     """folders that could not be removed (a link, a permission): named, left alone"""
     keys: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"outcomes": self.outcomes, "attempts": self.attempts, "steps": self.steps,
-                "history": self.events, "folders": self.folders,
+                "history": self.events, "folders": self.folders, "journals": self.journals,
                 "kept_folders": self.kept_folders, "keys": self.keys}
 
 
@@ -160,7 +163,39 @@ def prune(engine: Engine, *, older_than: str | None, states: Sequence[str] = (),
                     events=c["rs_events"], keys=[k for _, k in result.outcomes])
     for job_name, key in result.outcomes:
         _remove_folder(engine.home, job_name, key, pruned, dry_run)
+    if not dry_run:
+        for job_name in sorted({j for j, _ in result.outcomes}):
+            pruned.journals += _remove_journals(engine, job_name)
     return pruned
+
+
+def _remove_journals(engine: Engine, job: str) -> int:
+    """Remove the job's journal files (folders.py) whose every outcome has left the
+    ledger: a file that names one kept outcome stays whole. Returns how many went."""
+    from .folders import journal_dir
+
+    folder = journal_dir(engine.home, job)
+    if folder.is_symlink() or folder.parent.is_symlink() or not folder.is_dir():
+        return 0
+    removed = 0
+    ledger = engine.ledger
+    for path in sorted(folder.glob("*.jsonl")):
+        if path.is_symlink():
+            continue
+        keys: set[str] = set()
+        try:
+            with path.open("rb") as fh:
+                for line in fh:
+                    with contextlib.suppress(ValueError, AttributeError):
+                        keys.add(json.loads(line).get("outcome_key"))
+        except OSError:
+            continue
+        if any(ledger.outcome(k) is not None for k in sorted(k for k in keys if isinstance(k, str))):
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed += 1
+    return removed
 
 
 def _remove_folder(home: Path, job: str, key: str, pruned: Pruned, dry_run: bool) -> None:

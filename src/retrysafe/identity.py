@@ -65,8 +65,10 @@ def record_identity(home: Path, identity: str) -> None:
 
 
 def has_outcome_folders(runs: Path) -> bool:
-    """Whether ``runs/`` holds any attempt folder (stops at the first one)."""
-    return next(runs.glob("*/*/attempt-*"), None) is not None
+    """Whether ``runs/`` holds any attempt folder or journal (folders.py), stopping
+    at the first one."""
+    return (next(runs.glob("*/*/attempt-*"), None) is not None
+            or next(runs.glob("*/.journal/*.jsonl"), None) is not None)
 
 
 def _is_empty(ledger: Ledger) -> bool:

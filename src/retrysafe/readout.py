@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .evidence import fields_of
-from .folders import outcome_dir
+from .folders import JOURNAL, outcome_dir
 from .keys import step_suffix
 from .ledger import AttemptRecord, Event, OutcomeRecord, StepRecord
 from .timefmt import when
@@ -39,7 +39,11 @@ def status_lines(home: Path, out: OutcomeRecord, attempts: Sequence[AttemptRecor
         lines.append(f"unblock   {hint}")
     accepted = next((a.number for a in attempts if a.id == out.accepted_attempt), None)
     lines.append(f"attempts  {out.attempts}" + (f" (accepted: {accepted})" if accepted else ""))
-    lines.append(f"folder    {outcome_dir(home, out.job, key)}")
+    folder = outcome_dir(home, out.job, key)
+    if folder.is_dir():
+        lines.append(f"folder    {folder}")
+    else:  # its attempts made no folder (folders.py): their lines are in the journal
+        lines.append(f"journal   {folder.parent / JOURNAL}")
     for a in attempts:
         ctx = ", ".join(f"{k}={v}" for k, v in sorted(a.context.items()))
         lines.append(f"  attempt {a.number}: {a.state} {a.result} started {when(a.started_at)} "

@@ -4,7 +4,10 @@ The folders are what a person reads first, and they carry enough to rebuild
 the ledger's outcomes and steps: ``summary.json`` names the outcome, its job,
 its state and the accepted attempt; each ``attempt-N/status.json`` names its
 attempt; each ``log.jsonl`` line says what a step did, with the evidence of
-every effect that was recorded.
+every effect that was recorded. Attempts made without a folder (the Python
+API's, folders.py) wrote the same lines to their job's journal,
+``runs/<job>/.journal/``, each naming its outcome; the last close-out line
+there stands for the summary.
 
 What the folders prove is taken as proven: a step whose log (or summary)
 records evidence is ``done`` with that evidence; a generated artifact whose
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidInput
+from .folders import JOURNAL
 from .fsio import sha256_file
 from .keys import step_key, unslug
 from .ledger import Ledger
@@ -114,7 +118,77 @@ def _step_part(key: str, skey: str) -> tuple[str, str] | None:
     return None
 
 
-def _outcome(folder: Path, skipped: list[str]) -> RecoveredOutcome | None:
+def _journals(job_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """A job's journal lines (folders.py), by outcome key, oldest day first."""
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    journal = job_dir / JOURNAL
+    if not journal.is_dir() or journal.is_symlink():
+        return by_key
+    for path in sorted(journal.glob("*.jsonl")):
+        if path.is_symlink():
+            continue
+        for rec in _log_lines(path):
+            key = rec.get("outcome_key")
+            if isinstance(key, str) and key:
+                by_key.setdefault(key, []).append(rec)
+    return by_key
+
+
+def _apply_journal(out: RecoveredOutcome, lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """Add an outcome's journal lines; returns what its last close-out line says
+    (``{}`` when none), which stands for the summary of an outcome without folders."""
+    numbers = {n for n, _, _, _ in out.attempts}
+    closed: dict[str, Any] = {}
+    for rec in lines:
+        number, attempt_id = rec.get("attempt"), rec.get("attempt_id")
+        if isinstance(number, int) and number > 0 and isinstance(attempt_id, str) and attempt_id:
+            at = rec.get("time")
+            when = float(at) if isinstance(at, int | float) else 0.0
+            if number not in numbers:
+                numbers.add(number)
+                out.attempts.append((number, attempt_id, "", when))
+            out.fence = max(out.fence, number)
+            if rec.get("action") == "closeout" and isinstance(rec.get("result"), str):
+                out.attempts = [(n, a, rec["result"] if n == number else s, when if n == number else t)
+                                for n, a, s, t in out.attempts]
+                closed = {"state": rec["result"], "attempt_id": attempt_id}
+        _apply(out, rec)
+        fence = rec.get("fence")
+        if isinstance(fence, int):
+            out.fence = max(out.fence, fence)
+    out.attempts.sort()
+    return closed
+
+
+def _journal_outcome(job: str, job_dir: Path, key: str,
+                     lines: list[dict[str, Any]]) -> RecoveredOutcome:
+    """An outcome whose attempts had no folder: its journal lines are all there is."""
+    out = RecoveredOutcome(key=key, job=job, state=OutcomeState.UNKNOWN.value,
+                           folder=job_dir / JOURNAL, reason="", attempts=[], accepted=None)
+    closed = _apply_journal(out, lines)
+    _conclude(out, closed.get("state"), closed.get("attempt_id"), "its journal")
+    return out
+
+
+def _conclude(out: RecoveredOutcome, state: object, accepted: object, source: str) -> None:
+    """Done when what was read says done and every step is proven; otherwise unknown."""
+    unproven = [s for s in out.steps.values() if s.state != StepState.DONE]
+    known = {a for _, a, _, _ in out.attempts}
+    out.accepted = accepted if isinstance(accepted, str) and accepted in known else None
+    if state == OutcomeState.DONE and out.accepted and not unproven:
+        out.state, out.reason = OutcomeState.DONE.value, f"rebuilt from {source}: done"
+    else:
+        out.accepted = None if state != OutcomeState.DONE else out.accepted
+        out.reason = (f"rebuilt from {source}, which does not prove it done: the next "
+                      "run checks each unproven step before acting")
+    for step in unproven:
+        step.state = StepState.UNKNOWN.value
+        step.reason = ("rebuilt from the attempt folders without evidence that it happened or "
+                       "not: the next run looks it up before acting")
+
+
+def _outcome(folder: Path, skipped: list[str],
+             journals: dict[str, list[dict[str, Any]]] | None = None) -> RecoveredOutcome | None:
     summary = _json(folder / "summary.json") or {}
     numbered = sorted((int(m.group(1)), p) for p in folder.iterdir()
                       if (m := _ATTEMPT.match(p.name)) and p.is_dir())
@@ -155,21 +229,15 @@ def _outcome(folder: Path, skipped: list[str]) -> RecoveredOutcome | None:
         step = out.steps.setdefault(str(skey), RecoveredStep(*parts))
         if step.state != StepState.DONE:
             step.state, step.evidence = StepState.DONE.value, str(seen["evidence"])
-    _settle_generated(out, numbered)
-    accepted = summary.get("accepted_attempt")
     by_name = {f"attempt-{n}": attempt_id for n, attempt_id, _, _ in attempts}
-    out.accepted = by_name.get(accepted) if isinstance(accepted, str) else None
-    unproven = [s for s in out.steps.values() if s.state != StepState.DONE]
-    if summary.get("state") == OutcomeState.DONE and out.accepted and not unproven:
-        out.state, out.reason = OutcomeState.DONE.value, "rebuilt from its attempt folders: done"
-    else:
-        out.accepted = None if summary.get("state") != OutcomeState.DONE else out.accepted
-        out.reason = ("rebuilt from its attempt folders, which do not prove it done: the next "
-                      "run checks each unproven step before acting")
-    for step in unproven:
-        step.state = StepState.UNKNOWN.value
-        step.reason = ("rebuilt from the attempt folders without evidence that it happened or "
-                       "not: the next run looks it up before acting")
+    # attempts made without a folder (folders.py) wrote to the job's journal instead
+    closed = _apply_journal(out, (journals or {}).pop(key, []))
+    _settle_generated(out, numbered)
+    state, accepted = summary.get("state"), by_name.get(str(summary.get("accepted_attempt")))
+    last_folder = max((n for n, _ in numbered), default=0)
+    if closed and max(n for n, _, _, _ in out.attempts) > last_folder:
+        state, accepted = closed.get("state"), closed.get("attempt_id")  # a later attempt
+    _conclude(out, state, accepted, "its attempt folders")
     return out
 
 
@@ -224,10 +292,14 @@ def read_home(home: Path) -> Recovered:
     if not runs.is_dir():
         return Recovered(outcomes, skipped)
     for job_dir in sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()):
-        for folder in sorted(p for p in job_dir.iterdir() if p.is_dir() and not p.is_symlink()):
-            got = _outcome(folder, skipped)
+        journals = _journals(job_dir)
+        for folder in sorted(p for p in job_dir.iterdir()
+                             if p.is_dir() and not p.is_symlink() and p.name != JOURNAL):
+            got = _outcome(folder, skipped, journals)
             if got is not None:
                 outcomes.append(got)
+        outcomes += [_journal_outcome(job_dir.name, job_dir, key, lines)
+                     for key, lines in journals.items()]
     return Recovered(outcomes, skipped)
 
 

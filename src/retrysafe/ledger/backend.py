@@ -51,9 +51,18 @@ class Backend(ABC):
     now_sql: str = ""
 
     @abstractmethod
-    def transaction(self, write: bool = True) -> AbstractContextManager[Tx]:
+    def transaction(self, write: bool = True, *, durable: bool = True) -> AbstractContextManager[Tx]:
         """A transaction; a write transaction takes the write lock at once
-        (SQLite ``BEGIN IMMEDIATE``), so no read-then-write race is possible."""
+        (SQLite ``BEGIN IMMEDIATE``), so no read-then-write race is possible.
+
+        ``durable=False``: the commit does not wait for the disk (SQLite
+        ``synchronous=NORMAL`` for this one commit, PostgreSQL
+        ``synchronous_commit=off``). It survives the process and is ordered
+        before every later commit, so the next durable commit makes it durable
+        too; only a power cut or OS crash before that can lose it, and then it
+        is lost whole, with nothing committed after it. The core uses it where
+        losing the commit repeats no effect (docs/reliability.md, "Durable
+        syncs")."""
 
     @abstractmethod
     def display_url(self) -> str:

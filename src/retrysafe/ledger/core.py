@@ -263,8 +263,12 @@ class LedgerCore:
         agent's lease), when its lease expired by the database's clock. An
         attempt ``liveness`` sees running is never taken over, whatever the
         clocks say; a human can still break its lease (:meth:`break_lease`).
+
+        The claim commits without a sync of its own: the attempt's first intent
+        (synced, before any effect) makes it durable, and a claim a power cut
+        loses started nothing outside the ledger.
         """
-        with self.backend.transaction() as tx:
+        with self.backend.transaction(durable=False) as tx:
             tx.run(
                 "INSERT INTO rs_outcomes (key, job, params, state, created_at, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
@@ -410,13 +414,17 @@ class LedgerCore:
         *,
         cause: str = "",
         accepted: bool = False,
+        durable: bool = True,
     ) -> OutcomeRecord:
         """End the attempt and set the outcome's state, fenced.
 
         ``done`` is refused unless every step of the outcome is ``done``;
         ``cause`` says why a ``blocked`` outcome waits for a human.
+        ``durable=False`` when the steps' own synced records already say what
+        happened: a finish a power cut loses leaves the attempt open, and the
+        next run supersedes it and closes the outcome without repeating a step.
         """
-        with self.backend.transaction() as tx:
+        with self.backend.transaction(durable=durable) as tx:
             out = self._fenced(tx, attempt)
             running: list[dict[str, Any]] = []
             if state == _O.DONE:

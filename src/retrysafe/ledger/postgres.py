@@ -105,6 +105,9 @@ _TRANSIENT_TEXT = (
 
 
 _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT extract(epoch FROM now()) AS now"
+# the same, for a commit that need not wait for the server's WAL flush (Backend.transaction)
+_BEGIN_LAZY = ("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit TO OFF;"
+               " SELECT extract(epoch FROM now()) AS now")
 
 
 def _rollback_quietly(conn: psycopg.Connection[Any]) -> None:
@@ -288,7 +291,7 @@ class PostgresBackend(Backend):
     # --- transactions -----------------------------------------------------------
 
     @contextmanager
-    def transaction(self, write: bool = True) -> Iterator[Tx]:
+    def transaction(self, write: bool = True, *, durable: bool = True) -> Iterator[Tx]:
         """A ``READ COMMITTED`` transaction.
 
         Writers serialize on the rows they lock (``FOR UPDATE``), not on a
@@ -308,8 +311,9 @@ class PostgresBackend(Backend):
             try:
                 # One round trip opens the transaction and reads the server's
                 # clock: leases are judged by the database, never the worker.
-                cur = conn.execute(_BEGIN)
-                cur.nextset()
+                cur = conn.execute(_BEGIN if durable else _BEGIN_LAZY)
+                while cur.nextset():  # the clock is the last result
+                    pass
                 row = cur.fetchone()
                 assert row is not None
                 tx = _PgTx(conn, float(row["now"]))

@@ -48,21 +48,36 @@ class _Transaction:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` (a class, not a generator: it runs twice
     per effect), with errors translated to the ledger's own."""
 
-    __slots__ = ("backend", "conn", "write")
+    __slots__ = ("backend", "conn", "lazy", "write")
 
-    def __init__(self, backend: SqliteBackend, conn: sqlite3.Connection, write: bool) -> None:
-        self.backend, self.conn, self.write = backend, conn, write
+    def __init__(self, backend: SqliteBackend, conn: sqlite3.Connection, write: bool,
+                 lazy: bool) -> None:
+        self.backend, self.conn, self.write, self.lazy = backend, conn, write, lazy
 
     def __enter__(self) -> Tx:
         if self.write:
             try:
+                if self.lazy:  # this commit only: appended to the WAL, not synced
+                    self.conn.execute("PRAGMA synchronous = NORMAL")
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
+                self._restore()
                 raise self.backend._translate(exc) from None
         return _SqliteTx(self.conn)
 
+    def _restore(self) -> None:
+        if self.lazy:
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute(f"PRAGMA synchronous = {self.backend.synchronous}")
+
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: object) -> None:
+        try:
+            self._end(exc)
+        finally:
+            self._restore()
+
+    def _end(self, exc: BaseException | None) -> None:
         conn = self.conn
         if exc is not None:
             if self.write and conn.in_transaction:
@@ -143,10 +158,14 @@ class SqliteBackend(Backend):
             return LedgerError(f"ledger {self.path} is not a retrysafe ledger: {text}")
         return LedgerError(f"ledger {self.path}: {text}")
 
-    def transaction(self, write: bool = True) -> AbstractContextManager[Tx]:
+    def transaction(self, write: bool = True, *, durable: bool = True) -> AbstractContextManager[Tx]:
         # Reads run in autocommit: each statement sees one consistent snapshot,
         # and a BEGIN/COMMIT pair would double the cost of a one-query read.
-        return _Transaction(self, self._conn(), write)
+        # A commit that need not be durable on its own skips its WAL sync: in WAL
+        # mode a later synced commit syncs it too (the file is synced whole, and
+        # frames are replayed in order), so it can only be lost with all after it.
+        return _Transaction(self, self._conn(), write,
+                            not durable and write and self.synchronous in ("FULL", "EXTRA"))
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         # A writing statement in autocommit takes the write lock when it starts
