@@ -22,6 +22,7 @@ of a step never intended, ``intent`` on a step that must be looked up first);
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
@@ -94,6 +95,25 @@ def _step_json(key: str, step_name: str, item: str | None, skey: str, step_state
 
 # --- begin -----------------------------------------------------------------------------
 
+_CONTEXT_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
+
+
+def _context_fields(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``--context NAME=VALUE`` pairs: short lowercase names, one-line printable values
+    (at most 200 characters); the fields retrysafe sets itself cannot be given."""
+    from ..engine import LEASE_FIELD
+    from .run import COMMAND_FIELD, CWD_FIELD
+
+    fields = parse_assignments(pairs, "--context")
+    for name, value in fields.items():
+        if not _CONTEXT_NAME.fullmatch(name) or name in (LEASE_FIELD, COMMAND_FIELD, CWD_FIELD):
+            raise InvalidInput(f"--context {name!r}: a name is lowercase letters, digits and _ "
+                               "(at most 40), and not one retrysafe records itself")
+        if len(value) > 200 or not value.isprintable():
+            raise InvalidInput(f"--context {name}: the value must be one printable line of at "
+                               "most 200 characters")
+    return fields
+
 
 @click.command()
 @click.argument("job_name", metavar="JOB")
@@ -104,25 +124,38 @@ def _step_json(key: str, step_name: str, item: str | None, skey: str, step_state
     metavar="SECONDS",
     help="How long the attempt survives without a command (default: the job's lease).",
 )
+@click.option(
+    "--context", "contexts", multiple=True, metavar="NAME=VALUE",
+    help="Recorded with the attempt (repeatable): who started it, e.g. a scheduler's run id "
+         "(openclaw_run_id=...), so its history joins the ledger's.",
+)
 @json_option
-def begin(job_name: str, params: tuple[str, ...], lease: int | None, as_json: bool) -> None:
+def begin(job_name: str, params: tuple[str, ...], lease: int | None, contexts: tuple[str, ...],
+          as_json: bool) -> None:
     """Start an attempt at JOB's outcome for an agent that runs step by step.
 
     Prints the outcome key, the attempt id to pass as --attempt, and the
     attempt folder to work in. Already done: exit 0, nothing to do.
     Busy: exit 75. Blocked: exit 3 with the command that unblocks it.
+    A done or busy answer given to a run that names itself (--context
+    runner=... or openclaw_run_id=...) is put in the outcome's history.
 
     \b
     Example:
       retrysafe begin weekly-ops-report --json
+      retrysafe begin weekly-ops-report --context openclaw_run_id=r-123 --json
     """
     from ..openclaw.context import detect_context
 
+    given = _context_fields(contexts)
     engine = state().engine
     lease_seconds = lease or engine.config.job(job_name).lease_seconds
+    context = {**detect_context(), **given}
     # No pid: an agent's shell calls come and go; the lease alone says it is alive.
     begun = engine.begin(job_name, parse_assignments(params), holder=Holder(host=host_id(), pid=None),
-                         context=detect_context(), lease_seconds=lease_seconds)
+                         context=context, lease_seconds=lease_seconds)
+    if begun.run is None and begun.status in (ClaimStatus.DONE, ClaimStatus.BUSY) and given:
+        engine.note_answer(begun, context)
     info: dict[str, Any] = {"status": begun.status.value, "key": begun.key, "job": job_name,
                             "state": begun.outcome.state}
     refusal = begun.refusal()

@@ -155,8 +155,15 @@ export function createGuard(config = {}, { logger, run = runCli, lookup = runLoo
     const cached = attempts.get(runKeyOf(ctx));
     if (cached) return { ok: cached };
     const spec = typeof jobs[jobId] === "string" ? { job: jobs[jobId] } : jobs[jobId];
-    const args = ["begin", spec.job, "--json"];
+    const args = ["begin", spec.job, "--json", "--context", "runner=openclaw:plugin"];
     if (config.leaseSeconds) args.push("--lease", String(config.leaseSeconds));
+    // OpenClaw's ids, recorded with the attempt (and with a done or busy answer), so
+    // 'retrysafe openclaw runs' joins OpenClaw's run history to the ledger's
+    const ids = { openclaw_run_id: ctx.runId, openclaw_job_id: jobId, openclaw_session: ctx.sessionKey };
+    for (const [name, value] of Object.entries(ids)) {
+      const text = String(value ?? "").replace(/[^\x20-\x7e]/g, "").slice(0, 200);
+      if (text) args.push("--context", `${name}=${text}`);
+    }
     for (const [k, v] of Object.entries(spec.params ?? {})) args.push("-p", `${k}=${v}`);
     const answer = await cli(...args);
     const info = answer.json;
