@@ -166,19 +166,47 @@ def test_claim_and_finish_skip_their_sync_and_the_connection_keeps_full(home: Pa
 
 
 def test_prune_removes_a_journal_file_once_none_of_its_outcomes_is_left(home: Path) -> None:
-    import time
+    import sqlite3
 
-    with retrysafe.start("report", {"week": "2026-W14"}, home=home) as run:
-        run.effect("send", "message", execute=lambda key: "msg-4")
-    time.sleep(1.2)
-    with retrysafe.start("report", {"week": "2026-W15"}, home=home) as run:
-        run.effect("send", "message", execute=lambda key: "msg-5")
-    close_all()
-    (journal,) = (home / "runs/report/.journal").glob("*.jsonl")
-    first = _cli(home, "prune", "--older-than", "1s", "--json")
-    assert first.returncode == 0, first.stderr
-    assert json.loads(first.stdout)["keys"] == ["report:2026-W14"]
-    assert journal.is_file()  # it still names report:2026-W15, which is kept
-    time.sleep(1.2)
-    second = _cli(home, "prune", "--older-than", "1s", "--json")
-    assert json.loads(second.stdout)["journals"] == 1 and not journal.exists()
+    def outcome(week: str) -> None:
+        with retrysafe.start("report", {"week": week}, home=home) as run:
+            run.effect("send", "message", execute=lambda key: "msg")
+        close_all()
+
+    def prune(*weeks: str) -> dict[str, object]:
+        with sqlite3.connect(home / "ledger.sqlite3") as db:  # these are a year old
+            db.executemany("UPDATE rs_outcomes SET updated_at = updated_at - 365 * 86400"
+                           " WHERE key = ?", [(f"report:{w}",) for w in weeks])
+        got = _cli(home, "prune", "--older-than", "30d", "--json")
+        assert got.returncode == 0, got.stderr
+        return json.loads(got.stdout)
+
+    outcome("2026-W14")
+    outcome("2026-W15")
+    (today,) = (home / "runs/report/.journal").glob("*.jsonl")
+    assert prune("2026-W14")["keys"] == ["report:2026-W14"]
+    assert today.is_file()  # it still names report:2026-W15, which is kept
+    assert prune("2026-W15")["journals"] == 0 and today.is_file()  # a worker may append to it
+    old = today.rename(today.with_name("2020-01-06.jsonl"))  # as if written long ago
+    outcome("2026-W16")
+    pruned = prune("2026-W16")
+    assert pruned["keys"] == ["report:2026-W16"] and pruned["journals"] == 1
+    assert not old.exists() and today.is_file()
+
+
+def test_a_journal_folder_replaced_by_a_link_is_refused_not_followed(
+        home: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from retrysafe.errors import UnsafePath
+
+    with retrysafe.start("report", {"week": "2026-W16"}, home=home) as run:
+        run.effect("send", "message", execute=lambda key: "msg-6")
+    journal = home / "runs/report/.journal"
+    shutil.rmtree(journal)  # removed while this process keeps its file open
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    journal.symlink_to(elsewhere)
+    with pytest.raises(UnsafePath), retrysafe.start("report", {"week": "2026-W17"}, home=home):
+        pass
+    assert list(elsewhere.iterdir()) == []

@@ -497,3 +497,6 @@ def close_all() -> None:
     for engine in engines:
         with contextlib.suppress(Exception):
             engine.close()
+    from .folders import close_journals
+
+    close_journals()

@@ -42,7 +42,7 @@ from .errors import HomeNotWritable
 from .fsio import JsonlAppender, atomic_write_json, json_members, json_string, private_dirs
 from .keys import check_name, slug
 
-__all__ = ["JOURNAL", "AttemptFolder", "journal_dir", "outcome_dir"]
+__all__ = ["JOURNAL", "AttemptFolder", "close_journals", "journal_dir", "outcome_dir"]
 
 JOURNAL = ".journal"
 """The folder of a job's journal, beside its outcomes' folders."""
@@ -70,7 +70,7 @@ def _journal(home: Path, job: str) -> JsonlAppender:
     day = time.strftime("%Y-%m-%d", time.gmtime())
     key = (os.getpid(), home, job)
     kept = _JOURNALS.get(key)
-    if kept is not None and kept[0] == day:
+    if kept is not None and kept[0] == day and _still_linked(kept[1]):
         return kept[1]
     for stale in [k for k in _JOURNALS if k[0] != key[0] or k == key]:
         _, old = _JOURNALS.pop(stale)  # yesterday's file of this job, or another process's
@@ -83,6 +83,24 @@ def _journal(home: Path, job: str) -> JsonlAppender:
     log = JsonlAppender(folder / f"{day}.jsonl")
     _JOURNALS[key] = (day, log)
     return log
+
+
+def _still_linked(log: JsonlAppender) -> bool:
+    """Is the open journal still the file its name shows (not removed since)?"""
+    fh = log._fh
+    if fh is None:
+        return True  # opened again, by name, on the next line
+    try:
+        return os.fstat(fh.fileno()).st_nlink > 0
+    except OSError:
+        return False
+
+
+def close_journals() -> None:
+    """Close the journal files this process keeps open (``engine.close_all``)."""
+    for _, log in _JOURNALS.values():
+        log.close()
+    _JOURNALS.clear()
 
 
 class AttemptFolder:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -179,8 +180,10 @@ def _remove_journals(engine: Engine, job: str) -> int:
         return 0
     removed = 0
     ledger = engine.ledger
+    # today's and yesterday's files (UTC) stay: a running worker may still append to them
+    recent = datetime.fromtimestamp(time.time() - 86400, UTC).strftime("%Y-%m-%d")
     for path in sorted(folder.glob("*.jsonl")):
-        if path.is_symlink():
+        if path.is_symlink() or path.stem >= recent:
             continue
         keys: set[str] = set()
         try:
