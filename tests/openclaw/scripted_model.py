@@ -5,7 +5,9 @@ OpenClaw talks to it as to any custom provider (``api: openai-completions``,
 "model" makes is a script chosen by a marker in the conversation,
 ``[script:NAME]``: the script is a list of tool calls; the model makes call
 *n* when the conversation already holds *n* tool results, then answers with
-text that quotes the last tool result. Every request is kept for assertions.
+text that quotes the last tool result. A call's arguments may be a function of
+the tool results so far (a model reading what its last command printed); when
+it returns None, the model stops there. Every request is kept for assertions.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -27,7 +29,11 @@ class Call:
     """One tool call the scripted model makes."""
 
     tool: str
-    arguments: dict[str, Any]
+    arguments: dict[str, Any] | Callable[[list[str]], dict[str, Any] | None]
+
+    def arguments_after(self, results: list[str]) -> dict[str, Any] | None:
+        """The call's arguments given the tool results so far (None: make no call)."""
+        return self.arguments(results) if callable(self.arguments) else self.arguments
 
 
 def _text(content: Any) -> str:
@@ -55,8 +61,9 @@ class ScriptedModel:
         names = MARKER.findall(text)
         script = self.scripts.get(names[-1], []) if names else []
         results = [m for m in messages if m.get("role") == "tool"]
-        if len(results) < len(script) and body.get("tools"):
-            call = script[len(results)]
+        call = script[len(results)] if len(results) < len(script) and body.get("tools") else None
+        arguments = call.arguments_after([_text(m.get("content")) for m in results]) if call else None
+        if call is not None and arguments is not None:
             return {
                 "role": "assistant",
                 "content": None,
@@ -64,7 +71,7 @@ class ScriptedModel:
                     {
                         "id": f"call_{len(results) + 1}_{int(time.time() * 1000) % 100000}",
                         "type": "function",
-                        "function": {"name": call.tool, "arguments": json.dumps(call.arguments)},
+                        "function": {"name": call.tool, "arguments": json.dumps(arguments)},
                     }
                 ],
             }

@@ -10,8 +10,10 @@ No prompt mentions retrysafe: the guard acts on the tool calls alone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -24,6 +26,7 @@ from scripted_model import Call, ScriptedModel, serve
 from test_gateway_e2e import Gateway, launch, openclaw_cli, scratch_env
 
 from retrysafe.engine import Engine
+from retrysafe.schedule import resolve_occurrence
 
 pytestmark = [
     pytest.mark.openclaw,
@@ -41,6 +44,14 @@ SCHEDULE, TZ = "0 7 * * 1", "Europe/Warsaw"
 SEND = """#!/bin/sh
 echo "$*" >> "$(dirname "$0")/outbox.txt"
 echo "{\\"messageId\\": \\"out-$(grep -c '' "$(dirname "$0")/outbox.txt")\\"}"
+"""
+NOTIFY = """#!/bin/sh
+echo "$*" >> "$(dirname "$0")/feed.txt"
+echo "{\\"postId\\": \\"post-$(grep -c '' "$(dirname "$0")/feed.txt")\\"}"
+"""
+MAIL = """#!/bin/sh
+echo "$*" >> "$(dirname "$0")/mail.txt"
+echo "queued as <mail-$(grep -c '' "$(dirname "$0")/mail.txt")@example.org>"
 """
 PAY = """#!/bin/sh
 echo "$*" >> "$(dirname "$0")/payments.txt"
@@ -63,14 +74,17 @@ class AgentWorld:
         path = self.bin / name
         return path.read_text().splitlines() if path.exists() else []
 
-    def add_agent_job(self, name: str, message: str, rs_job: str) -> str:
-        """An isolated cron agent turn, mapped to a retrysafe job in the plugin's config."""
+    def add_agent_job(self, name: str, message: str, rs_job: str | None) -> str:
+        """An isolated cron agent turn, mapped to a retrysafe job in the plugin's config
+        (``rs_job`` None: not mapped, the plugin guards none of its calls)."""
         job: dict[str, Any] = self.gateway.cli(
             "cron", "add", "--name", name, "--cron", SCHEDULE, "--tz", TZ, "--exact",
             "--session", "isolated", "--no-deliver", "--message", message,
             "--timeout-seconds", "300", "--json",
         )
         job_id = str(job["id"])
+        if rs_job is None:
+            return job_id
         config = json.loads(self.config_path.read_text())
         config["plugins"]["entries"]["retrysafe"]["config"]["jobs"][job_id] = rs_job
         log = self.gateway.scratch / "gateway.log"
@@ -83,9 +97,10 @@ class AgentWorld:
         return job_id
 
     def run_turn(self, job_id: str, count: int) -> dict[str, Any]:
-        """Force the job and return its ``count``-th finished run."""
-        self.gateway.force_run(job_id)
-        return self.gateway.finished_runs(job_id, count, timeout=300)[count - 1]
+        """Force the job, wait for the turn to finish and return it (the job's ``count``-th)."""
+        run = self.gateway.run_now(job_id)
+        assert len(self.gateway.finished_runs(job_id, count, timeout=60)) == count
+        return run
 
     def outcome(self, key: str) -> dict[str, Any]:
         engine = Engine.open(self.home)
@@ -102,13 +117,62 @@ class AgentWorld:
             engine.close()
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentWorld]:
+def _doc(text: str) -> dict[str, Any]:
+    """The JSON object a command printed (exec's result may carry other text around it)."""
+    start = text.find("{")
+    assert start >= 0, f"no JSON in tool result: {text[-500:]!r}"
+    found, _ = json.JSONDecoder().raw_decode(text[start:])
+    assert isinstance(found, dict), found
+    return found
+
+
+def skill_protocol(mail: Path) -> list[Call]:
+    """The model's side of the skill path: the calls SKILL.md tells an agent to make, each
+    built from what the previous command printed (begin's key and attempt id, check's
+    action, the mail tool's queue id). A begin that is not 'started' ends the turn."""
+
+    def begun(results: list[str]) -> dict[str, Any]:
+        return _doc(results[0])
+
+    def then(build: Any) -> Any:
+        def call(results: list[str]) -> dict[str, Any] | None:
+            if begun(results).get("status") != "started":
+                return None  # done (or busy, blocked): report it and stop
+            return {"command": build(begun(results), results)}
+        return call
+
+    def act(b: dict[str, Any], results: list[str]) -> str:
+        assert _doc(results[1])["action"] == "execute", results[1]
+        return f"retrysafe intent {b['key']} send --class message --attempt {b['attempt_id']}"
+
+    def record(b: dict[str, Any], results: list[str]) -> str:
+        (queued,) = re.findall(r"<([^>]+)>", results[3])
+        return f"retrysafe record {b['key']} send --evidence {queued} --attempt {b['attempt_id']}"
+
+    return [
+        Call("exec", {"command": "retrysafe begin agent-digest --json"}),
+        Call("exec", then(lambda b, r: f"retrysafe check {b['key']} send --class message "
+                                       f"--attempt {b['attempt_id']} --json")),
+        Call("exec", then(act)),
+        Call("exec", then(lambda b, r: f"{mail} daily digest to ops")),
+        Call("exec", then(record)),
+        Call("exec", then(lambda b, r: f"retrysafe close {b['key']} --attempt {b['attempt_id']}")),
+    ]
+
+
+@contextlib.contextmanager
+def open_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentWorld]:
+    """A gateway with the scripted model as its agents' model and the plugin installed.
+
+    One per test session (the ``world`` and ``gateway`` fixtures of conftest.py): the
+    command-job and schedule tests use its gateway too, since starting one takes
+    a while; their jobs are command jobs, which the plugin never sees."""
     scratch = tmp_path_factory.mktemp("openclaw-agent")
     env = scratch_env(scratch)
     bin_dir = scratch / "tools"
     bin_dir.mkdir()
-    for name, text in (("send.sh", SEND), ("pay.sh", PAY)):
+    for name, text in (("send.sh", SEND), ("pay.sh", PAY), ("mail.sh", MAIL),
+                       ("notify.sh", NOTIFY)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     home = scratch / "rs-home"
@@ -117,7 +181,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentWorld]:
         "".join(
             f'[jobs.{job}]\nkey = "{job}:{{occurrence}}"\nschedule = "{SCHEDULE}"\ntz = "{TZ}"\n'
             'params = { occurrence = "occurrence" }\n\n'
-            for job in ("agent-report", "agent-pay")
+            for job in ("agent-report", "agent-pay", "agent-digest", "agent-notify")
         )
     )
     send = Call("exec", {"command": f"{bin_dir / 'send.sh'} weekly report to ops"})
@@ -127,6 +191,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentWorld]:
             "again": [send],
             "pay": [Call("exec", {"command": f"{bin_dir / 'pay.sh'} invoice 17 EUR 120"})],
             "home": [Call("exec", {"command": 'echo "home=$RETRYSAFE_HOME"'})],
+            "skill": skill_protocol(bin_dir / "mail.sh"),
+            "notify": [Call("exec", {"command": f"{bin_dir / 'notify.sh'} maintenance tonight"})],
         }
     )
     server, port = serve(model)
@@ -144,6 +210,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentWorld]:
     # exec runs on the gateway host without asking: the guard is the only gate under test
     openclaw_cli(env, "exec-policy", "preset", "yolo")
     installed = _install_plugin(scratch, env)
+    skill = subprocess.run([str(scratch / "bin" / "retrysafe"), "openclaw", "install-skill", "--global"],
+                           env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert skill.returncode == 0, skill.stdout + skill.stderr
     assert "plugins.entries.retrysafe.config" in installed
     config = json.loads((state / "openclaw.json").read_text())
     entry = config["plugins"]["entries"]["retrysafe"]
@@ -157,6 +226,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentWorld]:
             {"tool": "exec", "command": r"send\.sh", "class": "message", "step": "send",
              "lookup": f"grep -q . {bin_dir / 'outbox.txt'} 2>/dev/null && echo found || exit 1"},
             {"tool": "exec", "command": r"pay\.sh", "class": "payment", "step": "charge"},
+            # the feed shows a post like ours but cannot say whether it is ours: exit 2
+            {"tool": "exec", "command": r"notify\.sh", "class": "publish", "step": "notify",
+             "lookup": "echo 'two posts titled maintenance tonight, none with our key' >&2; exit 2"},
         ],
     }
     (state / "openclaw.json").write_text(json.dumps(config, indent=2))
@@ -230,6 +302,82 @@ def test_agent_exec_sees_the_plugins_home(world: AgentWorld) -> None:
     assert run["status"] == "ok", run
     (result,) = world.model.tool_results("home")
     assert result.strip() == f"home={world.home}", result
+
+
+def test_ambiguous_lookup_asks_a_person_and_unanswered_is_blocked(world: AgentWorld) -> None:
+    """An earlier run of the occurrence died after posting may have happened (its step is
+    unknown). The agent's post goes through the plugin: it runs the declared lookup, which
+    cannot tell (exit 2), so OpenClaw asks a person (requireApproval); nobody answers in a
+    cron run, OpenClaw denies it, nothing is posted, and the ledger says blocked with the
+    lookup's words and the line that settles it."""
+    key = f"agent-notify:{resolve_occurrence(SCHEDULE, TZ, None)}"
+    rs = str(world.gateway.scratch / "bin" / "retrysafe")
+
+    def cli(*args: str) -> dict[str, Any]:
+        done = subprocess.run([rs, "--home", str(world.home), *args], env=world.gateway.env,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode in (0, 1), f"retrysafe {args}: {done.stdout}{done.stderr}"
+        return _doc(done.stdout) if "--json" in args else {}
+
+    # the earlier run: intent written, then killed before its record (unknown)
+    begun = cli("begin", "agent-notify", "--json")
+    assert begun["key"] == key, begun
+    cli("intent", key, "notify", "--class", "publish", "--attempt", begun["attempt_id"])
+    cli("unknown", key, "notify", "--reason", "the run was killed after posting",
+        "--attempt", begun["attempt_id"])
+    cli("close", key, "--attempt", begun["attempt_id"])
+    assert world.outcome(key)["state"] == "unknown"
+
+    job = world.add_agent_job("notify", "Post tonight's maintenance notice. [script:notify]",
+                              "agent-notify")
+    started = time.monotonic()
+    run = world.run_turn(job, 1)
+    assert world.lines("feed.txt") == []
+    ledger = world.outcome(key)
+    state, evidence, _ = ledger["steps"]["notify"]
+    assert state == "blocked" and evidence is None, ledger
+    (result,) = world.model.tool_results("notify")
+    assert "notify.sh" not in result and "post-" not in result, result
+    # the request reached OpenClaw's approvals and waited its timeout (3 s) for a person
+    log = (world.gateway.scratch / "gateway.log").read_text(errors="replace")
+    assert "Settle " in log or "approval" in log.lower(), log[-3000:]
+    assert time.monotonic() - started >= 3
+    status = subprocess.run([rs, "--home", str(world.home), "status", key, "--json"],
+                            env=world.gateway.env, capture_output=True, text=True, timeout=120,
+                            check=False)
+    shown = json.dumps(_doc(status.stdout))
+    assert "two posts titled maintenance tonight" in shown, shown
+    assert f"retrysafe resolve {key} notify" in shown, shown
+    assert run["status"] in ("ok", "error"), run
+
+
+def test_skill_path_agent_follows_the_protocol(world: AgentWorld) -> None:
+    """No guard covers the mail tool and the job is not the plugin's: the agent follows the
+    installed skill through exec (begin, check, intent, the send, record, close). The forced
+    re-run's begin answers done and the model sends nothing: one mail, the ledger done with
+    the queue id the tool printed."""
+    job = world.add_agent_job("digest", "Daily digest for ops. [script:skill]", None)
+    first = world.run_turn(job, 1)
+    assert first["status"] == "ok", first
+    results = world.model.tool_results("skill")
+    assert len(results) == 6, results
+    assert world.lines("mail.txt") == ["daily digest to ops"]
+    begun = _doc(results[0])
+    key = begun["key"]
+    assert begun["status"] == "started" and key.startswith("agent-digest:"), begun
+    assert "done" in results[5], results[5]
+    # the model was given the skill (its description is in the turn's prompt)
+    (request,) = [r for r in world.model.requests if "[script:skill]" in json.dumps(r)][:1]
+    assert "Do each side effect once" in json.dumps(request)
+
+    again = world.run_turn(job, 2)
+    assert again["status"] == "ok", again
+    (told,) = world.model.tool_results("skill")
+    assert _doc(told)["status"] == "done", told
+    assert world.lines("mail.txt") == ["daily digest to ops"]
+    ledger = world.outcome(key)
+    assert ledger["state"] == "done" and ledger["attempts"] == [(1, "done")]
+    assert ledger["steps"]["send"][:2] == ("done", "mail-1@example.org")
 
 
 def _keys(home: Path) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -126,6 +127,24 @@ class Gateway:
         answer = self.cli("cron", "run", job_id)
         assert answer.get("ok") and answer.get("enqueued"), answer
 
+    def run_now(self, job_id: str, timeout: float = 300) -> dict[str, Any]:
+        """Force a run and wait for it to finish (``cron run --wait``): its history entry.
+
+        One CLI process that polls the gateway for this run id, instead of one
+        'cron runs' process per poll (each takes seconds to start)."""
+        done = subprocess.run(
+            [self.openclaw, "cron", "run", job_id, "--wait", "--poll-interval", "500ms",
+             "--wait-timeout", f"{int(timeout)}s", "--port", str(self.port), "--token", self.token],
+            env=self.env, capture_output=True, text=True, timeout=timeout + 60, check=False,
+        )
+        # exit 1: the run finished with an error (the entry says which)
+        assert done.returncode in (0, 1), f"cron run --wait {job_id}: {done.stderr[-2000:]}"
+        answer = _json(done.stdout)
+        assert answer.get("completed") and answer.get("run"), answer
+        run: dict[str, Any] = answer["run"]
+        assert done.returncode == (0 if run["status"] == "ok" else 1), (done.returncode, run)
+        return run
+
     def finished_runs(self, job_id: str, count: int, timeout: float = 180) -> list[dict[str, Any]]:
         """The job's finished runs, oldest first, once there are ``count`` of them."""
         deadline = time.monotonic() + timeout
@@ -233,16 +252,6 @@ def launch(scratch: Path, env: dict[str, str]) -> Iterator[Gateway]:
     assert proc.poll() is not None
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """A real gateway on a free loopback port, isolated in a scratch HOME."""
-    scratch = tmp_path_factory.mktemp("openclaw")
-    env = scratch_env(scratch)
-    openclaw_cli(env, "config", "set", "gateway.mode", "local")
-    with launch(scratch, env) as gw:
-        yield gw
-
-
 @dataclass
 class Case:
     """One retrysafe outcome driven by OpenClaw automations."""
@@ -273,7 +282,7 @@ class Case:
 
 @pytest.fixture(scope="module")
 def rs_home(gateway: Gateway) -> Path:
-    home = gateway.scratch / "rs-home"
+    home = gateway.scratch / "rs-home-commands"
     home.mkdir()
     (home / "retrysafe.toml").write_text(
         "[jobs.e2e]\n"
@@ -316,10 +325,9 @@ def test_forced_run_twice_second_skips(gateway: Gateway, rs_home: Path) -> None:
     """Two forced runs of one automation: one effect; the second run says done and skips."""
     case = make_case(gateway, rs_home, "twice")
     job = gateway.add_command_job("rs-twice", case.command, case.job_env)
-    gateway.force_run(job)
-    gateway.finished_runs(job, 1)
-    gateway.force_run(job)
-    first, second = gateway.finished_runs(job, 2)
+    first = gateway.run_now(job)
+    second = gateway.run_now(job)
+    assert [r["runAtMs"] for r in gateway.finished_runs(job, 2)] == [first["runAtMs"], second["runAtMs"]]
 
     assert case.lines() == [f"{case.key}/send"]
     assert first["status"] == "ok", first
@@ -341,12 +349,14 @@ def test_two_automations_at_once_one_effect(gateway: Gateway, rs_home: Path) -> 
     """Two automations fire the same job together: one sends, the other is busy (75)."""
     case = make_case(gateway, rs_home, "together", E2E_EFFECT_SLEEP="5")
     jobs = [gateway.add_command_job(f"rs-together-{n}", case.command, case.job_env) for n in ("a", "b")]
-    threads = [threading.Thread(target=gateway.force_run, args=(j,)) for j in jobs]
+    finished: dict[str, dict[str, Any]] = {}
+    threads = [threading.Thread(target=lambda j: finished.update({j: gateway.run_now(j)}), args=(j,))
+               for j in jobs]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    runs = [gateway.finished_runs(j, 1)[0] for j in jobs]
+    runs = [finished[j] for j in jobs]
 
     assert case.lines() == [f"{case.key}/send"]
     ok = [r for r in runs if r["status"] == "ok"]
@@ -360,8 +370,7 @@ def test_two_automations_at_once_one_effect(gateway: Gateway, rs_home: Path) -> 
 
     # The automation that was busy, forced again, finds the work done.
     loser = jobs[runs.index(busy[0])]
-    gateway.force_run(loser)
-    again = gateway.finished_runs(loser, 2)[1]
+    again = gateway.run_now(loser)
     assert again["status"] == "ok" and "is already done" in again["summary"]
     assert case.lines() == [f"{case.key}/send"]
 
@@ -376,8 +385,7 @@ def test_killed_after_effect_rerun_finds_it(gateway: Gateway, rs_home: Path) -> 
     marker = gateway.scratch / "crash-once"
     case = make_case(gateway, rs_home, "crash", E2E_CRASH_ONCE=str(marker))
     job = gateway.add_command_job("rs-crash", case.command, case.job_env)
-    gateway.force_run(job)
-    (crashed,) = gateway.finished_runs(job, 1)
+    crashed = gateway.run_now(job)
     assert marker.exists()
     assert case.lines() == [f"{case.key}/send"]
     assert crashed["status"] == "error", crashed
@@ -386,8 +394,7 @@ def test_killed_after_effect_rerun_finds_it(gateway: Gateway, rs_home: Path) -> 
     mid = case.ledger()
     assert mid["state"] == "unknown" and mid["steps"]["send"][0] == "unknown"
 
-    gateway.force_run(job)
-    rerun = gateway.finished_runs(job, 2)[1]
+    rerun = gateway.run_now(job)
     assert rerun["status"] == "ok", rerun
     assert f"done: {case.key} (attempt 2)" in rerun["summary"]
     assert case.lines() == [f"{case.key}/send"]
@@ -434,3 +441,50 @@ def test_doctor_reads_command_jobs_through_the_gateway(gateway: Gateway, rs_home
     assert "Traceback" not in done.stderr, done.stderr
     (line,) = [ln for ln in done.stdout.splitlines() if "cron job rs-doctor:" in ln]
     assert line.startswith("warn cron job rs-doctor: has no --command-cwd"), done.stdout
+
+
+def test_doc_command_jobs_run_on_the_real_gateway(gateway: Gateway, tmp_path: Path) -> None:
+    """Every 'openclaw cron add' line of docs/openclaw.md and the README, only paths
+    substituted, is added to the real gateway as written and forced twice: the weekly job
+    does the work once and then says it is done, the catch-up job backfills each missing
+    occurrence once and then has nothing to do; sent.log never holds a key twice."""
+    from test_docs_commands import MAIL, README, RETRYSAFE, blocks, commands, setup_world, sub
+
+    world = {"/opt/retrysafe/bin/retrysafe": RETRYSAFE, "/srv/retrysafe": tmp_path / "rs-home",
+             "/srv/reports": tmp_path / "reports", "tmp": tmp_path}
+    world["/srv/retrysafe"].mkdir()
+    world["/srv/reports"].mkdir()
+    (tmp_path / "user" / ".openclaw" / "workspace").mkdir(parents=True)
+    (tmp_path / "bin").mkdir()
+    setup_world(world)
+    assert "mail-report.sh" in (world["/srv/reports"] / "send-report.sh").read_text()
+    assert (world["/srv/reports"] / "mail-report.sh").read_text() == sub(MAIL, world)
+    # command jobs (the page's agent job line needs a model: the agent tests cover that path)
+    lines = [c for b in blocks("sh") if not b.startswith("#!/bin/sh") for c, _ in commands(b)
+             if c.startswith("openclaw cron add ") and " --command " in c]
+    (readme,) = re.findall(r"In an OpenClaw cron job:\n`([^`]+)`", README)
+    lines.append(readme)
+    assert len(lines) >= 3, lines
+    sent = world["/srv/reports"] / "sent.log"
+    for line in lines:
+        argv = shlex.split(sub(line, world))
+        assert argv[:3] == ["openclaw", "cron", "add"], line
+        job = gateway.cli(*argv[1:])
+        job_id = str(job["id"])
+        before = sent.read_text().splitlines() if sent.exists() else []
+        first = gateway.run_now(job_id)
+        second = gateway.run_now(job_id)
+        assert first["status"] == "ok" and second["status"] == "ok", (line, first, second)
+        after = sent.read_text().splitlines()
+        assert len(after) == len(set(after)), after
+        if " missed " in line:
+            assert re.search(r"missed --run: (\d+) run, \1 done, 0 blocked, 0 not done",
+                             first["summary"]), first["summary"]
+            assert "missed --run: 0 run" in second["summary"], second["summary"]
+        else:
+            fresh = re.findall(r"done: (weekly-ops-report:\S+) \(attempt 1\)", first["summary"])
+            found = re.findall(r"done: (weekly-ops-report:\S+) is already done", first["summary"])
+            (key,) = fresh if not before else found  # the first weekly line does the work
+            assert key, (line, first["summary"])
+            assert f"done: {key} is already done" in second["summary"], second["summary"]
+            assert after.count(f"{key}/send") == 1, after
