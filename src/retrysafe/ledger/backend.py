@@ -8,6 +8,7 @@ placeholders; a backend rewrites them for its driver.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -31,6 +32,13 @@ class Tx(ABC):
     def one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
         found = self.rows(sql, params)
         return found[0] if found else None
+
+    def pipeline(self) -> AbstractContextManager[object]:
+        """A run of writes whose results nobody reads: a client-server backend
+        sends them together (one round trip) and reports any error when the
+        block ends; :meth:`run` then returns no row count. In-process
+        backends run them one by one, as without it."""
+        return contextlib.nullcontext()
 
 
 

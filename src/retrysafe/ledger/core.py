@@ -269,12 +269,14 @@ class LedgerCore:
         loses started nothing outside the ledger.
         """
         with self.backend.transaction(durable=False) as tx:
-            tx.run(
+            # a new outcome comes back from its insert (this transaction holds its row);
+            # an existing one is read and locked
+            made = tx.one(
                 "INSERT INTO rs_outcomes (key, job, params, state, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING RETURNING *",
                 (key, job, dumps(dict(params)), _O.PLANNED.value, tx.now, tx.now),
             )
-            out = self._lock_outcome(tx, key)
+            out = outcome_from_row(made) if made else self._lock_outcome(tx, key)
             assert out is not None
             if out.job != job:
                 raise InvalidInput(
@@ -300,7 +302,8 @@ class LedgerCore:
             if used >= max_attempts:
                 out = self._exhaust(tx, out, used, max_attempts)
                 return Claim(ClaimStatus.BLOCKED, out, reason=out.reason, superseded=superseded)
-            attempt, out = self._start_attempt(tx, out, holder, lease_seconds, context)
+            with tx.pipeline():  # written, not read: one round trip on a server
+                attempt, out = self._start_attempt(tx, out, holder, lease_seconds, context)
             return Claim(ClaimStatus.STARTED, out, attempt=attempt, superseded=superseded)
 
     def _runners(self, tx: Tx, attempt: AttemptRecord) -> list[Holder]:
@@ -376,9 +379,25 @@ class LedgerCore:
         row = tx.one("SELECT * FROM rs_attempts WHERE id = ?", (attempt_id,))
         return attempt_from_row(row) if row else None
 
-    def _fenced(self, tx: Tx, attempt: AttemptRecord) -> OutcomeRecord:
-        """Lock the outcome and refuse unless ``attempt`` still holds the current fence."""
-        out = self._lock_outcome(tx, attempt.outcome_key)
+    def _fenced(self, tx: Tx, attempt: AttemptRecord,
+                open_step: bool = False) -> tuple[OutcomeRecord, dict[str, Any] | None]:
+        """Lock the outcome and refuse unless ``attempt`` still holds the current fence;
+        with ``open_step``, also one of its steps that is not ``done`` (name, item and
+        state), read by the same statement."""
+        if open_step:
+            row = tx.one(
+                "SELECT o.*, s.name AS open_name, s.state AS open_state FROM rs_outcomes o"
+                " LEFT JOIN (SELECT outcome_key, name, state FROM rs_steps WHERE outcome_key = ?"
+                " AND state <> ? LIMIT 1) s ON s.outcome_key = o.key"
+                f" WHERE o.key = ?{self.backend.lock_clause.replace('FOR UPDATE', 'FOR UPDATE OF o')}",
+                (attempt.outcome_key, _S.DONE.value, attempt.outcome_key))
+            found = None
+            if row is not None:
+                name, state = row.pop("open_name"), row.pop("open_state")
+                found = {"name": name, "state": state} if name is not None else None
+            out = outcome_from_row(row) if row else None
+        else:
+            out, found = self._lock_outcome(tx, attempt.outcome_key), None
         if out is None:
             raise UnknownOutcome(f"no outcome {attempt.outcome_key}", key=attempt.outcome_key)
         if out.fence == attempt.fence and out.current_attempt is None:
@@ -396,7 +415,7 @@ class LedgerCore:
             )
         # No need to read the attempt row: finishing or superseding an attempt clears
         # current_attempt in the same transaction, so a match means it is active.
-        return out
+        return out, found
 
     def renew(self, attempt: AttemptRecord, lease_seconds: float) -> float:
         """Extend the lease (heartbeat); refused once the attempt is stale."""
@@ -425,15 +444,10 @@ class LedgerCore:
         next run supersedes it and closes the outcome without repeating a step.
         """
         with self.backend.transaction(durable=durable) as tx:
-            out = self._fenced(tx, attempt)
+            out, s = self._fenced(tx, attempt, open_step=state == _O.DONE)
             running: list[dict[str, Any]] = []
             if state == _O.DONE:
-                open_steps = tx.rows(
-                    "SELECT name, item, state FROM rs_steps WHERE outcome_key = ? AND state <> ?",
-                    (out.key, _S.DONE.value),
-                )
-                if open_steps:
-                    s = open_steps[0]
+                if s is not None:
                     raise InvalidInput(
                         f"outcome {out.key} cannot be done: step {s['name']} is {s['state']}",
                         key=out.key, step=s["name"], state=s["state"],
@@ -443,24 +457,25 @@ class LedgerCore:
                     "SELECT step_key FROM rs_steps"
                     " WHERE outcome_key = ? AND state = ? AND attempt_id = ?",
                     (out.key, _S.RUNNING.value, attempt.id))
-            # a step still running when its attempt ends can only be unknown now
-            for row in running:
-                why = f"attempt {attempt.number} finished while this step was running"
-                tx.run("UPDATE rs_steps SET state = ?, reason = ?, updated_at = ? WHERE step_key = ?",
-                       (_S.UNKNOWN.value, why, tx.now, row["step_key"]))
-                self._log(tx, out.key, kind="step", step_key=row["step_key"], frm=_S.RUNNING,
-                          to=_S.UNKNOWN, attempt=attempt, reason=why)
-            tx.run(
-                "UPDATE rs_attempts SET state = ?, result = ?, ended_at = ? WHERE id = ?",
-                (AttemptState.FINISHED.value, state, tx.now, attempt.id),
-            )
-            self._log(tx, out.key, kind="attempt", frm=AttemptState.ACTIVE,
-                      to=AttemptState.FINISHED, attempt=attempt, reason=f"result {state}")
             extra: dict[str, Any] = {"current_attempt": None}
             if accepted:
                 extra["accepted_attempt"] = attempt.id
-            return self._set_outcome(tx, out, state, reason, cause=cause, attempt=attempt,
-                                     extra=extra)
+            with tx.pipeline():  # written, not read: one round trip on a server
+                # a step still running when its attempt ends can only be unknown now
+                for row in running:
+                    why = f"attempt {attempt.number} finished while this step was running"
+                    tx.run("UPDATE rs_steps SET state = ?, reason = ?, updated_at = ?"
+                           " WHERE step_key = ?", (_S.UNKNOWN.value, why, tx.now, row["step_key"]))
+                    self._log(tx, out.key, kind="step", step_key=row["step_key"], frm=_S.RUNNING,
+                              to=_S.UNKNOWN, attempt=attempt, reason=why)
+                tx.run(
+                    "UPDATE rs_attempts SET state = ?, result = ?, ended_at = ? WHERE id = ?",
+                    (AttemptState.FINISHED.value, state, tx.now, attempt.id),
+                )
+                self._log(tx, out.key, kind="attempt", frm=AttemptState.ACTIVE,
+                          to=AttemptState.FINISHED, attempt=attempt, reason=f"result {state}")
+                return self._set_outcome(tx, out, state, reason, cause=cause, attempt=attempt,
+                                         extra=extra)
 
     # --- steps ------------------------------------------------------------------
 
@@ -595,7 +610,7 @@ class LedgerCore:
     def _refusal(self, tx: Tx, attempt: AttemptRecord, step_key: str, to: str, name: str,
                  allowed: tuple[str | None, ...] | None) -> Exception:
         """Why a step move wrote nothing: a stale attempt, or a step in another state."""
-        out = self._fenced(tx, attempt)  # raises when the attempt lost its fence
+        out, _ = self._fenced(tx, attempt)  # raises when the attempt lost its fence
         step = self._lock_step(tx, step_key)
         now_state = step.state if step else None
         if allowed is not None and now_state not in allowed:

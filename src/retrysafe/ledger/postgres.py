@@ -41,7 +41,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
@@ -105,6 +105,7 @@ _TRANSIENT_TEXT = (
 
 
 _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT extract(epoch FROM now()) AS now"
+_PIPELINE = psycopg.Pipeline.is_supported()
 # the same, for a commit that need not wait for the server's WAL flush (Backend.transaction)
 _BEGIN_LAZY = ("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit TO OFF;"
                " SELECT extract(epoch FROM now()) AS now")
@@ -169,6 +170,10 @@ class _PgTx(Tx):
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         return self.conn.execute(_driver_sql(sql), tuple(params)).rowcount
+
+    def pipeline(self) -> AbstractContextManager[object]:
+        # libpq's pipeline mode: the statements go out together, one round trip
+        return self.conn.pipeline() if _PIPELINE else contextlib.nullcontext()
 
 
 
