@@ -229,7 +229,7 @@ class AttemptFolder:
 
     def write_summary(self, state: str, accepted: str | None, reason: str,
                       steps: Mapping[str, Any]) -> None:
-        if self._early is not None and not self.outcome_dir.is_dir():
+        if self._early is not None and (self.number == 1 or not self.outcome_dir.is_dir()):
             return  # no attempt of the outcome has a folder: its summary is the ledger's
         self._check(3)
         atomic_write_json(self.outcome_dir / "summary.json", refuse_link=True, durable=False,
