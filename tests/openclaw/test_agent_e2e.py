@@ -96,11 +96,9 @@ class AgentWorld:
             time.sleep(0.3)
         return job_id
 
-    def run_turn(self, job_id: str, count: int) -> dict[str, Any]:
-        """Force the job, wait for the turn to finish and return it (the job's ``count``-th)."""
-        run = self.gateway.run_now(job_id)
-        assert len(self.gateway.finished_runs(job_id, count, timeout=60)) == count
-        return run
+    def run_turn(self, job_id: str) -> dict[str, Any]:
+        """Force the job, wait for the turn to finish and return its history entry."""
+        return self.gateway.run_now(job_id)
 
     def outcome(self, key: str) -> dict[str, Any]:
         engine = Engine.open(self.home)
@@ -257,7 +255,7 @@ def test_agent_cannot_send_twice_in_a_turn_or_a_rerun(world: AgentWorld) -> None
     the ledger, with the evidence the first call's result carried."""
     job = world.add_agent_job("report", "Weekly ops report: send it to the ops list. [script:twice]",
                               "agent-report")
-    first = world.run_turn(job, 1)
+    first = world.run_turn(job)
     assert first["status"] == "ok", first
     assert world.lines("outbox.txt") == ["weekly report to ops"]
     results = world.model.tool_results("twice")
@@ -270,11 +268,11 @@ def test_agent_cannot_send_twice_in_a_turn_or_a_rerun(world: AgentWorld) -> None
     assert ledger["steps"]["send"][:2] == ("done", "out-1")
     assert ledger["runners"] == ["openclaw:plugin"]
 
-    again = world.run_turn(job, 2)
+    again = world.run_turn(job)
     assert again["status"] == "ok", again
     other = world.add_agent_job("report-again", "The ops list says the report never came. "
                                 "Send it again. [script:again]", "agent-report")
-    third = world.run_turn(other, 1)
+    third = world.run_turn(other)
     assert third["status"] == "ok", third
     assert "already done: evidence out-1" in third["summary"], third
     assert world.lines("outbox.txt") == ["weekly report to ops"]
@@ -285,7 +283,7 @@ def test_payment_waits_for_a_person_and_unanswered_is_blocked(world: AgentWorld)
     """A payment call asks OpenClaw for a person's approval; nobody answers in a cron run,
     OpenClaw denies it, nothing is paid, and the ledger says who must do what."""
     job = world.add_agent_job("pay", "Pay supplier invoice 17. [script:pay]", "agent-pay")
-    run = world.run_turn(job, 1)
+    run = world.run_turn(job)
     assert world.lines("payments.txt") == []
     (key,) = [k for k in _keys(world.home) if k.startswith("agent-pay:")]
     ledger = world.outcome(key)
@@ -298,7 +296,7 @@ def test_agent_exec_sees_the_plugins_home(world: AgentWorld) -> None:
     (resolve_exec_env), so the skill's commands use the ledger the guard uses."""
     assert "RETRYSAFE_HOME" not in world.gateway.env
     job = world.add_agent_job("where", "Which ledger? [script:home]", "agent-report")
-    run = world.run_turn(job, 1)
+    run = world.run_turn(job)
     assert run["status"] == "ok", run
     (result,) = world.model.tool_results("home")
     assert result.strip() == f"home={world.home}", result
@@ -331,7 +329,7 @@ def test_ambiguous_lookup_asks_a_person_and_unanswered_is_blocked(world: AgentWo
     job = world.add_agent_job("notify", "Post tonight's maintenance notice. [script:notify]",
                               "agent-notify")
     started = time.monotonic()
-    run = world.run_turn(job, 1)
+    run = world.run_turn(job)
     assert world.lines("feed.txt") == []
     ledger = world.outcome(key)
     state, evidence, _ = ledger["steps"]["notify"]
@@ -357,7 +355,7 @@ def test_skill_path_agent_follows_the_protocol(world: AgentWorld) -> None:
     re-run's begin answers done and the model sends nothing: one mail, the ledger done with
     the queue id the tool printed."""
     job = world.add_agent_job("digest", "Daily digest for ops. [script:skill]", None)
-    first = world.run_turn(job, 1)
+    first = world.run_turn(job)
     assert first["status"] == "ok", first
     results = world.model.tool_results("skill")
     assert len(results) == 6, results
@@ -370,7 +368,7 @@ def test_skill_path_agent_follows_the_protocol(world: AgentWorld) -> None:
     (request,) = [r for r in world.model.requests if "[script:skill]" in json.dumps(r)][:1]
     assert "Do each side effect once" in json.dumps(request)
 
-    again = world.run_turn(job, 2)
+    again = world.run_turn(job)
     assert again["status"] == "ok", again
     (told,) = world.model.tool_results("skill")
     assert _doc(told)["status"] == "done", told
