@@ -60,7 +60,7 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/drills.md", ".venv/bin/python -m pytest -m real_drill "
      "tests/drills/test_content_real_servers.py"): "heavy tier: real WordPress and Synapse",
     ("docs/reliability.md", "scripts/reliability-report"): "heavy tier: the full chaos suite",
-    ("docs/reliability.md", "model/check"): "minutes of SPIN model checking: tests/test_model_check.py runs every check",
+    ("docs/reliability.md", "model/check"): "minutes of SPIN model checking: tests/test_model_check.py runs every check (the SQLite explorations with -m heavy)",
     ("docs/reliability.md", "model/check mutant-no-fence"):
         "SPIN model checking: tests/test_model_check.py runs every check",
     ("docs/performance.md", "bench/run_all*"): "the benchmark tier (minutes)",
