@@ -101,6 +101,22 @@ def test_every_crash_point_passes(content_targets: ContentTargets, tmp_path: Pat
     assert "20 passed, 0 failed" in proc.stdout
 
 
+def _as_from_a_terminal() -> None:
+    """The drill starts as from a shell: SIGINT at its default and not blocked, whatever
+    the test process inherited or set (a test runner's worker may ignore or block it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _signal_masks(pid: int) -> str:
+    """The drill's blocked, ignored and caught signals, to say why a SIGINT was lost."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return "(no /proc status)"
+    return " ".join(line for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+
+
 def test_ctrl_c_leaves_nothing_running_and_a_real_run_follows(
         content_targets: ContentTargets, tmp_path: Path) -> None:
     """SIGINT mid-drill: exit 130, no running step or active attempt, a real run then works."""
@@ -109,7 +125,8 @@ def test_ctrl_c_leaves_nothing_running_and_a_real_run_follows(
     proc = subprocess.Popen(
         [str(BIN / "retrysafe"), "drill", "content-pipeline", "-p", f"occurrence={OCCURRENCE}",
          "-p", "target=blog", "--", str(CONTENT / "pipeline.sh")],
-        env=env, cwd=CONTENT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=env, cwd=CONTENT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_as_from_a_terminal)
     # wait until the crash trials have begun, then interrupt in the middle of one
     deadline = time.monotonic() + 120
     seen = ""
@@ -117,9 +134,10 @@ def test_ctrl_c_leaves_nothing_running_and_a_real_run_follows(
     while "[3/" not in seen and time.monotonic() < deadline:
         seen += proc.stderr.readline()
     time.sleep(1.5)
+    signals = _signal_masks(proc.pid)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, out + seen + err
+    assert proc.returncode == 130, f"{signals}\n{out}{seen}{err}"
     assert "interrupted" in out
     listing = json.loads(retrysafe("ls", "--drills", "--json", env=env).stdout)
     assert listing, "the drill recorded its trials"
