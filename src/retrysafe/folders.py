@@ -118,12 +118,8 @@ class AttemptFolder:
         #: lines written to the journal before the folder was made (on demand only)
         self._early: list[str] | None = [] if on_demand else None
         self._attempt_id = ""
+        self._status: dict[str, Any] = {}  # what status.json says once it is made
         self._journal: JsonlAppender | None = None  # the file this attempt journals to
-
-    @property
-    def made(self) -> bool:
-        """Does the attempt have its folder (always, unless made on demand)?"""
-        return self._early is None
 
     def create(self) -> None:
         """Make the attempt folder (and those above it, ``0700``), refusing links."""
@@ -147,7 +143,7 @@ class AttemptFolder:
             self.create()
             self._early = None
             if self._attempt_id:
-                self.write_status(self._attempt_id, "running")
+                self.write_status(self._attempt_id, **{"state": "running", **self._status})
             for members in early:
                 self._log.append_members(members)
         return self.path
@@ -159,8 +155,8 @@ class AttemptFolder:
             self._checked = depth
 
     def write_status(self, attempt_id: str, state: str, **extra: Any) -> None:
-        if self._early is not None:  # no folder yet: the ledger says it
-            self._attempt_id = attempt_id
+        if self._early is not None:  # no folder yet: the ledger says it; kept for ensure()
+            self._attempt_id, self._status = attempt_id, {"state": state, **extra}
             return
         self._check(4)
         atomic_write_json(self.path / "status.json", refuse_link=True, durable=False, obj={

@@ -152,10 +152,7 @@ def _apply_journal(out: RecoveredOutcome, lines: list[dict[str, Any]]) -> dict[s
                 out.attempts = [(n, a, rec["result"] if n == number else s, when if n == number else t)
                                 for n, a, s, t in out.attempts]
                 closed = {"state": rec["result"], "attempt_id": attempt_id}
-        _apply(out, rec)
-        fence = rec.get("fence")
-        if isinstance(fence, int):
-            out.fence = max(out.fence, fence)
+        _apply_line(out, rec)
     out.attempts.sort()
     return closed
 
@@ -217,10 +214,7 @@ def _outcome(folder: Path, skipped: list[str],
                            fence=max((n for n, _ in numbered), default=0))
     for _, path in numbered:
         for rec in _log_lines(path / "log.jsonl"):
-            _apply(out, rec)
-            fence = rec.get("fence")
-            if isinstance(fence, int):
-                out.fence = max(out.fence, fence)
+            _apply_line(out, rec)
     listed = summary.get("steps")
     for skey, seen in (listed if isinstance(listed, dict) else {}).items():
         parts = _step_part(key, str(skey)) if isinstance(seen, dict) else None
@@ -239,6 +233,14 @@ def _outcome(folder: Path, skipped: list[str],
         state, accepted = closed.get("state"), closed.get("attempt_id")  # a later attempt
     _conclude(out, state, accepted, "its attempt folders")
     return out
+
+
+def _apply_line(out: RecoveredOutcome, rec: dict[str, Any]) -> None:
+    """One log or journal line: what it proves of a step, and the fence it names."""
+    _apply(out, rec)
+    fence = rec.get("fence")
+    if isinstance(fence, int):
+        out.fence = max(out.fence, fence)
 
 
 def _apply(out: RecoveredOutcome, rec: dict[str, Any]) -> None:

@@ -382,7 +382,7 @@ class LedgerCore:
     def _fenced(self, tx: Tx, attempt: AttemptRecord,
                 open_step: bool = False) -> tuple[OutcomeRecord, dict[str, Any] | None]:
         """Lock the outcome and refuse unless ``attempt`` still holds the current fence;
-        with ``open_step``, also one of its steps that is not ``done`` (name, item and
+        with ``open_step``, also one of its steps that is not ``done`` (its name and
         state), read by the same statement."""
         if open_step:
             row = tx.one(
