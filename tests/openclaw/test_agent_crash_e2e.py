@@ -18,7 +18,7 @@ import time
 
 import pytest
 from scripted_model import Call
-from test_agent_e2e import AgentWorld, open_world
+from test_agent_e2e import SCHEDULE, TZ, AgentWorld, open_world
 from test_gateway_e2e import Gateway, launch
 
 from retrysafe.schedule import resolve_occurrence
@@ -32,7 +32,6 @@ pytestmark = [
     ),
 ]
 
-SCHEDULE, TZ = "0 7 * * 1", "Europe/Warsaw"
 LEASE = 5  # seconds: how long the dead turn's attempt holds the outcome
 
 # the effect, then (the first time) the gateway running the turn is killed outright
@@ -46,22 +45,6 @@ if [ -e "$here/kill-gateway" ]; then
 fi
 echo "{\\"postId\\": \\"post-$(grep -c '' "$here/posts.txt")\\"}"
 """
-
-
-def _reload_config(gw: Gateway, change: dict[str, object]) -> None:
-    """Merge ``change`` into the plugin's config and wait for the gateway to reload it."""
-    path = gw.state_dir / "openclaw.json"
-    config = json.loads(path.read_text())
-    entry = config["plugins"]["entries"]["retrysafe"]["config"]
-    for name, value in change.items():
-        entry[name] = value
-    log = gw.scratch / "gateway.log"
-    seen = log.read_bytes().count(b"config hot reload applied")
-    path.write_text(json.dumps(config, indent=2))
-    deadline = time.monotonic() + 60
-    while log.read_bytes().count(b"config hot reload applied") <= seen:
-        assert time.monotonic() < deadline, "the plugin config was not reloaded"
-        time.sleep(0.3)
 
 
 def _force(gw: Gateway, job_id: str) -> subprocess.CompletedProcess[str]:
@@ -89,7 +72,7 @@ def _killed_turn(world: AgentWorld, tmp_path_factory: pytest.TempPathFactory) ->
     feed = world.bin / "posts.txt"
     config = json.loads((gw.state_dir / "openclaw.json").read_text())
     guards = config["plugins"]["entries"]["retrysafe"]["config"]["guards"]
-    _reload_config(gw, {"guards": [*guards, {
+    world.reload_plugin_config({"guards": [*guards, {
         "tool": "exec", "command": r"post\.sh", "class": "publish", "step": "post",
         "lookup": f"grep -q . {feed} 2>/dev/null && echo post-1 || exit 1"}]})
     world.model.scripts["post"] = [Call("exec", {"command": f"{post} release notes 1.4"})]

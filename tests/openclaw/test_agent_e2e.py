@@ -85,8 +85,14 @@ class AgentWorld:
         job_id = str(job["id"])
         if rs_job is None:
             return job_id
+        jobs = json.loads(self.config_path.read_text())["plugins"]["entries"]["retrysafe"]["config"]["jobs"]
+        self.reload_plugin_config({"jobs": {**jobs, job_id: rs_job}})
+        return job_id
+
+    def reload_plugin_config(self, change: dict[str, Any]) -> None:
+        """Set entries of the plugin's config and wait for the gateway to reload it."""
         config = json.loads(self.config_path.read_text())
-        config["plugins"]["entries"]["retrysafe"]["config"]["jobs"][job_id] = rs_job
+        config["plugins"]["entries"]["retrysafe"]["config"].update(change)
         log = self.gateway.scratch / "gateway.log"
         seen = log.read_bytes().count(b"config hot reload applied")
         self.config_path.write_text(json.dumps(config, indent=2))
@@ -94,7 +100,6 @@ class AgentWorld:
         while log.read_bytes().count(b"config hot reload applied") <= seen:
             assert time.monotonic() < deadline, "the plugin config was not reloaded"
             time.sleep(0.3)
-        return job_id
 
     def run_turn(self, job_id: str) -> dict[str, Any]:
         """Force the job, wait for the turn to finish and return its history entry."""
