@@ -21,7 +21,7 @@ from pathlib import Path
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
-from . import closeout, envvars
+from . import closeout, envvars, heartbeat
 from .connectors.base import Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult
 from .crash import injector
 from .effects import EffectClass, OnUnknown, parse_class, policy_for
@@ -109,7 +109,7 @@ class Run:
         self.key = attempt.outcome_key if attempt else (outcome.key if outcome else "")
         self.read_only = attempt is None
         self._on_demand = folder_on_demand and attempt is not None
-        self._beat: threading.Thread | None = None
+        self._beat: heartbeat.Beat | None = None
         self.on_lost: Callable[[], None] | None = None
         self._crash_point = injector()  # drills and tests: RETRYSAFE_CRASH_AT
         #: the furthest progress mark this run knows its outcome has reached
@@ -134,10 +134,6 @@ class Run:
     @functools.cached_property
     def lost(self) -> threading.Event:
         """Set when the heartbeat found the lease taken over."""
-        return threading.Event()
-
-    @functools.cached_property
-    def _stop(self) -> threading.Event:
         return threading.Event()
 
     @property
@@ -186,25 +182,24 @@ class Run:
         attempt = self._attempt()
         every = interval or max(0.5, min(self.job.lease_seconds / 3, 60.0))
 
-        def beat() -> None:
-            while not self._stop.wait(every):
-                try:
-                    self.ledger.renew(attempt, self.job.lease_seconds)
-                except StaleAttempt:
-                    self.lost.set()
-                    if self.on_lost:
-                        self.on_lost()
-                    return
-                except Exception:  # noqa: BLE001 - a ledger hiccup: try again next beat
-                    continue
+        def renew() -> bool:
+            try:
+                self.ledger.renew(attempt, self.job.lease_seconds)
+            except StaleAttempt:
+                self.lost.set()
+                if self.on_lost:
+                    self.on_lost()
+                return False
+            return True
 
-        self._beat = threading.Thread(target=beat, name="retrysafe-heartbeat", daemon=True)
-        self._beat.start()
+        self.stop_heartbeat()
+        self._beat = heartbeat.Beat(every, renew)
+        heartbeat.add(self._beat)
 
     def stop_heartbeat(self) -> None:
-        self._stop.set()
+        """Stop renewing the lease; no renewal is running once this returns."""
         if self._beat is not None:
-            self._beat.join(timeout=5)
+            heartbeat.remove(self._beat)
             self._beat = None
 
     # --- the effect algorithm, phase by phase --------------------------------
