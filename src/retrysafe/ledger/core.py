@@ -106,6 +106,25 @@ _STEP_FIELDS = frozenset(
 )
 
 
+_EVENT_MARKS = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+def new_attempt_id() -> str:
+    """80 random bits as 20 hex digits: unique among a ledger's attempts (its primary
+    key would refuse a repeat), and 12 bytes shorter than a uuid in every row naming it."""
+    return os.urandom(10).hex()
+
+
+def _event(tx: Tx, key: str, *, kind: str, to: str, frm: str = "", step_key: str = "",
+           attempt: AttemptRecord | None = None, actor: str = "",
+           reason: str = "") -> tuple[Any, ...]:
+    """One history row's values, in :data:`moves.EVENT_COLUMNS` order."""
+    return (key, step_key, tx.now, attempt.id if attempt else None,
+            attempt.fence if attempt else 0,
+            actor or (f"attempt-{attempt.number}" if attempt else "retrysafe"),
+            kind, frm, to, reason)
+
+
 class LedgerCore:
     """Outcomes, attempts, steps and history as attempts change them; the human
     decisions are in :class:`retrysafe.ledger.decisions.Ledger`."""
@@ -188,22 +207,16 @@ class LedgerCore:
         actor: str = "",
         reason: str = "",
     ) -> None:
-        tx.run(
-            "INSERT INTO rs_events (outcome_key, step_key, at, attempt_id, fence, actor, kind,"
-            " from_state, to_state, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                key,
-                step_key,
-                tx.now,
-                attempt.id if attempt else None,
-                attempt.fence if attempt else 0,
-                actor or (f"attempt-{attempt.number}" if attempt else "retrysafe"),
-                kind,
-                frm,
-                to,
-                reason,
-            ),
-        )
+        self._write_events(tx, [_event(tx, key, kind=kind, to=to, frm=frm, step_key=step_key,
+                                       attempt=attempt, actor=actor, reason=reason)])
+
+    @staticmethod
+    def _write_events(tx: Tx, events: list[tuple[Any, ...]]) -> None:
+        """History rows, in order, in one statement."""
+        if events:
+            values = ", ".join([_EVENT_MARKS] * len(events))
+            tx.run(f"INSERT INTO rs_events ({moves.EVENT_COLUMNS}) VALUES {values}",
+                   tuple(v for e in events for v in e))
 
     # --- claims and leases ---------------------------------------------------
 
@@ -222,11 +235,15 @@ class LedgerCore:
         attempt: AttemptRecord | None = None,
         actor: str = "",
         extra: Mapping[str, Any] | None = None,
+        events: list[tuple[Any, ...]] | None = None,
+        written: bool = False,
     ) -> OutcomeRecord:
         """Move the outcome (a legal transition only) and log it; ``cause`` is why
         it is blocked (empty for any other state). Returns ``out`` as the update left
         it: ``out`` must be the row as this transaction holds it (no trigger writes
-        ``rs_outcomes``), so it need not be read again."""
+        ``rs_outcomes``), so it need not be read again. With ``events`` the history
+        row is appended there for the caller to write with its others; ``written``:
+        the row already holds the move (a new outcome inserted in it), only log it."""
         if not can_move(OUTCOME_TRANSITIONS, out.state, state):
             raise InvalidInput(
                 f"outcome {out.key}: cannot move from {out.state} to {state}",
@@ -235,11 +252,16 @@ class LedgerCore:
             )
         sets = {"state": state, "reason": reason, "cause": cause, "updated_at": tx.now,
                 **(extra or {})}
-        cols = ", ".join(f"{c} = ?" for c in sets)
-        tx.run(f"UPDATE rs_outcomes SET {cols} WHERE key = ?", (*sets.values(), out.key))
+        if not written:
+            cols = ", ".join(f"{c} = ?" for c in sets)
+            tx.run(f"UPDATE rs_outcomes SET {cols} WHERE key = ?", (*sets.values(), out.key))
         if state != out.state or reason != out.reason:
-            self._log(tx, out.key, kind="outcome", frm=out.state, to=state, attempt=attempt,
-                      actor=actor, reason=reason)
+            event = _event(tx, out.key, kind="outcome", frm=out.state, to=state, attempt=attempt,
+                           actor=actor, reason=reason)
+            if events is None:
+                self._write_events(tx, [event])
+            else:
+                events.append(event)
         return out._replace(**{**sets, "state": str(state), "reason": str(reason),
                                "cause": str(cause)})
 
@@ -269,9 +291,24 @@ class LedgerCore:
         loses started nothing outside the ledger.
         """
         with self.backend.transaction(durable=False) as tx:
-            # a new outcome comes back from its insert (this transaction holds its row);
-            # an existing one is read and locked
+            # A new outcome is inserted already claimed by attempt 1 (its history says
+            # planned -> running, as for any claim); an existing one is read and locked.
+            attempt_id = new_attempt_id()
             made = tx.one(
+                "INSERT INTO rs_outcomes (key, job, params, state, fence, attempts,"
+                " current_attempt, created_at, updated_at) VALUES (?, ?, ?, ?, 1, 1, ?, ?, ?)"
+                " ON CONFLICT (key) DO NOTHING RETURNING *",
+                (key, job, dumps(dict(params)), _O.RUNNING.value, attempt_id, tx.now, tx.now),
+            ) if max_attempts >= 1 else None  # (a budget of none blocks even a new one)
+            if made:
+                planned = outcome_from_row({**made, "state": _O.PLANNED.value, "fence": 0,
+                                            "attempts": 0, "current_attempt": None})
+                with tx.pipeline():  # written, not read: one round trip on a server
+                    attempt, claimed = self._start_attempt(tx, planned, holder, lease_seconds,
+                                                           context, attempt_id=attempt_id,
+                                                           written=True)
+                return Claim(ClaimStatus.STARTED, claimed, attempt=attempt)
+            made = None if max_attempts >= 1 else tx.one(
                 "INSERT INTO rs_outcomes (key, job, params, state, created_at, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING RETURNING *",
                 (key, job, dumps(dict(params)), _O.PLANNED.value, tx.now, tx.now),
@@ -324,10 +361,12 @@ class LedgerCore:
         return got
 
     def _start_attempt(self, tx: Tx, out: OutcomeRecord, holder: Holder, lease_seconds: float,
-                       context: Mapping[str, str] | None) -> tuple[AttemptRecord, OutcomeRecord]:
-        """Attempt N+1 with the next fencing token; the outcome now points to it."""
+                       context: Mapping[str, str] | None, *, attempt_id: str | None = None,
+                       written: bool = False) -> tuple[AttemptRecord, OutcomeRecord]:
+        """Attempt N+1 with the next fencing token; the outcome now points to it
+        (``written``: the outcome row, just inserted, already does)."""
         number, fence = out.attempts + 1, out.fence + 1
-        attempt_id = os.urandom(16).hex()  # as unique as a uuid4, without importing uuid
+        attempt_id = attempt_id or new_attempt_id()
         tx.run(
             "INSERT INTO rs_attempts (id, outcome_key, number, fence, state, holder_host,"
             " holder_pid, holder_started, lease_expires, context, started_at)"
@@ -343,13 +382,15 @@ class LedgerCore:
             "holder_pid": holder.pid, "holder_started": holder.started,
             "lease_expires": tx.now + lease_seconds, "context": dumps(dict(context or {})),
             "started_at": tx.now, "ended_at": None})
-        self._log(tx, out.key, kind="attempt", to=AttemptState.ACTIVE, attempt=attempt,
-                  reason=f"attempt {number} started on {holder.host} pid {holder.pid}")
+        events = [_event(tx, out.key, kind="attempt", to=AttemptState.ACTIVE, attempt=attempt,
+                         reason=f"attempt {number} started on {holder.host} pid {holder.pid}")]
         # generated/delivered are progress marks a new attempt resumes from.
         state = out.state if out.state in PROGRESS_MARKS else _O.RUNNING
-        return attempt, self._set_outcome(
-            tx, out, state, "", attempt=attempt,
+        out = self._set_outcome(
+            tx, out, state, "", attempt=attempt, events=events, written=written,
             extra={"fence": fence, "attempts": number, "current_attempt": attempt_id})
+        self._write_events(tx, events)
+        return attempt, out
 
     def _supersede(self, tx: Tx, out: OutcomeRecord, cur: AttemptRecord, why: str,
                    actor: str = "retrysafe") -> None:
@@ -472,10 +513,13 @@ class LedgerCore:
                     "UPDATE rs_attempts SET state = ?, result = ?, ended_at = ? WHERE id = ?",
                     (AttemptState.FINISHED.value, state, tx.now, attempt.id),
                 )
-                self._log(tx, out.key, kind="attempt", frm=AttemptState.ACTIVE,
-                          to=AttemptState.FINISHED, attempt=attempt, reason=f"result {state}")
-                return self._set_outcome(tx, out, state, reason, cause=cause, attempt=attempt,
-                                         extra=extra)
+                events = [_event(tx, out.key, kind="attempt", frm=AttemptState.ACTIVE,
+                                 to=AttemptState.FINISHED, attempt=attempt,
+                                 reason=f"result {state}")]
+                out = self._set_outcome(tx, out, state, reason, cause=cause, attempt=attempt,
+                                        extra=extra, events=events)
+                self._write_events(tx, events)
+                return out
 
     # --- steps ------------------------------------------------------------------
 

@@ -201,6 +201,13 @@ CREATE TABLE rs_meta (
 )
 """
 
+# (9) rs_steps_identity (outcome_key, name, item) serves every lookup by outcome that
+# rs_steps_outcome (outcome_key) served: one index fewer to write per new step, and
+# about 25 bytes less per step.
+_V9 = """
+DROP INDEX rs_steps_outcome
+"""
+
 Script = str | dict[str, list[str]]
 """A migration: one script for every backend (statements split on ``;``), or
 each backend's own statements, by backend name (a backend not named has none)."""
@@ -214,6 +221,7 @@ MIGRATIONS: list[tuple[int, str, Script]] = [
     (6, "indexes for listing outcomes in order", _V6),
     (7, "notifications, one per transition and channel", _V7),
     (8, "the ledger's identity, recorded by the homes that use it", _V8),
+    (9, "drop an index another one already serves", _V9),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
