@@ -15,7 +15,7 @@ import functools
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import EllipsisType
@@ -101,7 +101,8 @@ class Run:
 
     def __init__(self, ledger: Ledger, settings: Settings, job: Job,
                  attempt: AttemptRecord | None, outcome: OutcomeRecord | None = None, *,
-                 folder_on_demand: bool = False) -> None:
+                 folder_on_demand: bool = False, steps: Sequence[StepRecord] | None = None,
+                 ) -> None:
         self.ledger = ledger
         self.settings = settings
         self.job = job
@@ -109,6 +110,9 @@ class Run:
         self.key = attempt.outcome_key if attempt else (outcome.key if outcome else "")
         self.read_only = attempt is None
         self._on_demand = folder_on_demand and attempt is not None
+        #: a read-only run's steps, read with its done outcome (None: read each when asked)
+        self._known = ({s.step_key: s for s in steps}
+                       if steps is not None and attempt is None else None)
         self._beat: heartbeat.Beat | None = None
         self.on_lost: Callable[[], None] | None = None
         self._crash_point = injector()  # drills and tests: RETRYSAFE_CRASH_AT
@@ -448,7 +452,7 @@ class Run:
                 skey, name, item, cls, None, check=check, connector=connector_name,
                 fingerprint=fp, explain=False):
             return self._perform(skey, name, item, execute)
-        step = self.ledger.step(skey)
+        step = self._known.get(skey) if self._known is not None else self.ledger.step(skey)
         if fp and step is not None and step.fingerprint and step.fingerprint != fp:
             return self._update_in_place(skey, name, item, step, connector, payload, fp,
                                          allow_update)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -60,6 +60,8 @@ class Start:
     claim: Claim
     unblock: str = ""
     """for ``blocked``: the command that moves the outcome"""
+    steps: tuple[StepRecord, ...] = ()
+    """for ``done``: the outcome's steps, read with it"""
 
     @property
     def reason(self) -> str:
@@ -195,10 +197,12 @@ class Engine:
         return spec, key, canonical
 
     def run_for(self, job: Job, attempt: AttemptRecord | None,
-                outcome: OutcomeRecord | None = None, *, folder_on_demand: bool = False) -> Run:
-        """A :class:`Run` of ``attempt`` (``None``: a read-only view of ``outcome``)."""
+                outcome: OutcomeRecord | None = None, *, folder_on_demand: bool = False,
+                steps: Sequence[StepRecord] | None = None) -> Run:
+        """A :class:`Run` of ``attempt`` (``None``: a read-only view of ``outcome``,
+        answered from ``steps`` when they were read with it)."""
         return Run(self.ledger, self.config.settings, job, attempt, outcome,
-                   folder_on_demand=folder_on_demand)
+                   folder_on_demand=folder_on_demand, steps=steps)
 
     def begin(
         self,
@@ -219,10 +223,12 @@ class Engine:
         attempt folder is made on demand (folders.py), as :meth:`start` does.
         """
         spec, key, canonical = self.outcome_key(job, params, now)
-        # a done outcome stays done: one read answers a re-run, no write transaction
-        known = self.ledger.outcome(key)
+        # a done outcome stays done: one read (the outcome and its steps) answers a
+        # re-run, no write transaction
+        known, steps = self.ledger.outcome_and_steps(key)
         if known is not None and known.state == OutcomeState.DONE and known.job == spec.name:
-            return Start(ClaimStatus.DONE, key, known, None, Claim(ClaimStatus.DONE, known))
+            return Start(ClaimStatus.DONE, key, known, None, Claim(ClaimStatus.DONE, known),
+                         steps=tuple(steps))
         if not self._home_made:
             ensure_home(self.home)
             self._home_made = True
@@ -374,7 +380,7 @@ class Engine:
         outcome, so a process handling many outcomes opens them once."""
         begun = self.begin(job, params or {}, folder=False)
         if begun.status is ClaimStatus.DONE:
-            yield self.run_for(self.config.job(job), None, begun.outcome)
+            yield self.run_for(self.config.job(job), None, begun.outcome, steps=begun.steps)
             return
         refusal = begun.refusal()
         if refusal is not None:

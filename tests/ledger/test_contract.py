@@ -314,3 +314,35 @@ def test_resolving_a_running_step_ends_its_attempt_so_a_resumed_holder_cannot_ac
         ledger.move_step(c.attempt, "job:1/send", "running", name="send", expect=["planned"])
     attempts = ledger.attempts("job:1")
     assert attempts[0].state == "superseded" and "resolved by ops" in attempts[0].result
+
+
+def test_outcome_and_steps_reads_both_in_one_statement(ledger: Ledger) -> None:
+    """A re-run's one read: the outcome with its steps in the order they were made,
+    the same records the separate reads give; nothing for an unknown key."""
+    assert ledger.outcome_and_steps("job:none") == (None, [])
+    c = claim(ledger)
+    assert c.attempt is not None
+    out, steps = ledger.outcome_and_steps("job:1")
+    assert out == ledger.outcome("job:1") and steps == []
+    for name in ("b", "a"):
+        ledger.move_step(c.attempt, f"job:1/{name}", "running", name=name, expect=[None])
+        ledger.move_step(c.attempt, f"job:1/{name}", "done", name=name, expect=["running"],
+                         evidence=f"id-{name}")
+    ledger.finish(c.attempt, "done")
+    out, steps = ledger.outcome_and_steps("job:1")
+    assert out == ledger.outcome("job:1") and out is not None and out.state == "done"
+    assert steps == ledger.steps("job:1")
+    assert [(s.name, s.evidence) for s in steps] == [("b", "id-b"), ("a", "id-a")]
+
+
+def test_a_new_outcome_is_claimed_with_its_history_in_order(ledger: Ledger) -> None:
+    """The first claim writes the outcome already held by attempt 1, and its history
+    still says what happened: the attempt started, then planned -> running."""
+    c = claim(ledger)
+    assert c.attempt is not None and c.outcome.state == "running"
+    assert c.outcome == ledger.outcome("job:1")
+    events = ledger.history("job:1")
+    assert [(e.kind, e.from_state, e.to_state) for e in events] == [
+        ("attempt", "", "active"), ("outcome", "planned", "running")]
+    assert all(e.attempt_id == c.attempt.id and e.fence == 1 for e in events)
+    assert len(c.attempt.id) == 20 and int(c.attempt.id, 16) >= 0

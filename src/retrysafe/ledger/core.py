@@ -41,6 +41,7 @@ from . import moves
 from .backend import Backend, Tx
 from .migrations import MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION, render, statements
 from .records import (
+    STEP_COLUMNS,
     AttemptRecord,
     Claim,
     Event,
@@ -107,6 +108,10 @@ _STEP_FIELDS = frozenset(
 
 
 _EVENT_MARKS = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_OUTCOME_AND_STEPS = (
+    "SELECT o.*, " + ", ".join(f"s.{c} AS s_{c}" for c in STEP_COLUMNS)
+    + " FROM rs_outcomes o LEFT JOIN rs_steps s ON s.outcome_key = o.key WHERE o.key = ?"
+    " ORDER BY s.created_at, s.step_key")
 
 
 def new_attempt_id() -> str:
@@ -679,6 +684,17 @@ class LedgerCore:
         with self.backend.transaction(write=False) as tx:
             row = tx.one("SELECT * FROM rs_outcomes WHERE key = ?", (key,))
             return outcome_from_row(row) if row else None
+
+    def outcome_and_steps(self, key: str) -> tuple[OutcomeRecord | None, list[StepRecord]]:
+        """The outcome and its steps, in one statement (a re-run of a done outcome
+        answers every step from this one read)."""
+        with self.backend.transaction(write=False) as tx:
+            rows = tx.rows(_OUTCOME_AND_STEPS, (key,))
+        if not rows:
+            return None, []
+        steps = [step_from_row({c: r[f"s_{c}"] for c in STEP_COLUMNS})
+                 for r in rows if r["s_step_key"] is not None]
+        return outcome_from_row(rows[0]), steps
 
     def require_outcome(self, key: str) -> OutcomeRecord:
         out = self.outcome(key)

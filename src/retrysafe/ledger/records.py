@@ -182,6 +182,13 @@ def attempt_from_row(row: Mapping[str, Any]) -> AttemptRecord:
     )
 
 
+#: the rs_steps columns step_from_row reads
+STEP_COLUMNS = ("step_key", "outcome_key", "name", "item", "kind", "effect_class", "state",
+                "attempt_id", "fence", "evidence", "artifact", "checksum", "check_cmd",
+                "connector", "fingerprint", "reason", "cause", "approved_by", "runner_host",
+                "runner_pid", "runner_started", "tries", "updated_at")
+
+
 def step_from_row(row: Mapping[str, Any]) -> StepRecord:
     runner = (
         Holder(row["runner_host"], row["runner_pid"], row["runner_started"])
