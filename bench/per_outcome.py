@@ -25,9 +25,12 @@ NOTHING RETURNING`` as the intent, an ``UPDATE`` as the record; a re-run finds
 the row with one ``SELECT``).
 
 Durable syncs per outcome are counted, not timed: each SQLite contestant runs
-in a child process under ``strace -f -c`` for two sizes, and the difference
+in a child process under ``strace -f`` for two sizes, and the difference
 divided by the difference in keys is the count per outcome (``fsync`` and
-``fdatasync``, SQLite's WAL syncs included), so set-up costs cancel out.
+``fdatasync``, SQLite's WAL syncs included), so set-up costs cancel out. The
+same traces count the pages each outcome appends to the write-ahead log: every
+commit writes each page it changed, so more tables and indexes touched per
+commit means more bytes written and synced.
 
 The peers live in the benchmark's own environment (``bench/.venv-peers``,
 ignored by git); ``--setup`` creates it. Without it only retrysafe runs.
@@ -343,23 +346,32 @@ def count_statements(workdir: Path, n: int = 20) -> dict[str, Any]:
 
 # --- durable syncs, counted with strace ----------------------------------------------
 
-_STRACE_ROW = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$")
+_TRACE_LINE = re.compile(
+    r"^\d+\s+(fsync|fdatasync|pwrite64)\(\d+<([^>]*)>(?:, [^,]*, (\d+), \d+)?\)\s*=\s*(-?\d+)")
 
 
 def _strace_syncs(name: str, keys: int, rerun: bool, workdir: Path) -> dict[str, int]:
-    """fsync/fdatasync calls of one child running ``name`` on ``keys`` outcomes."""
+    """fsync/fdatasync calls of one child running ``name`` on ``keys`` outcomes, and the
+    pages it appended to a SQLite write-ahead log (``pwrite64`` of a whole page to a
+    ``-wal`` file; a frame's 24-byte header is written apart)."""
     out = workdir / f"strace-{name}-{keys}-{int(rerun)}.txt"
-    cmd = ["strace", "-f", "-qq", "-c", "-e", "trace=fsync,fdatasync", "-o", str(out),
-           sys.executable, str(Path(__file__).resolve()), "--count-child", name,
-           "--keys", str(keys), "--dir", str(workdir)] + (["--rerun"] if rerun else [])
+    cmd = ["strace", "-f", "-qq", "-y", "-s", "0", "-e", "trace=fsync,fdatasync,pwrite64",
+           "-o", str(out), sys.executable, str(Path(__file__).resolve()), "--count-child",
+           name, "--keys", str(keys), "--dir", str(workdir)] + (["--rerun"] if rerun else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"strace child {name} exited {proc.returncode}: {proc.stderr[-500:]}")
-    counts = {"fsync": 0, "fdatasync": 0}
-    for line in out.read_text().splitlines():
-        m = _STRACE_ROW.match(line)
-        if m and m.group(2) in counts:
-            counts[m.group(2)] = int(m.group(1))
+    counts = {"fsync": 0, "fdatasync": 0, "wal_pages": 0}
+    for line in out.read_text(errors="replace").splitlines():
+        m = _TRACE_LINE.match(line)
+        if not m:
+            continue
+        call, path, size = m.group(1), m.group(2), m.group(3)
+        if call != "pwrite64":
+            counts[call] += 1
+        elif path.endswith("-wal") and size is not None and int(size) >= 512:
+            counts["wal_pages"] += 1
+    out.unlink()
     return counts
 
 
@@ -386,6 +398,8 @@ def count_syncs(workdir: Path, small: int = 4, large: int = 24) -> dict[str, Any
             "rerun_fdatasync": (c["fdatasync"] - a["fdatasync"]) / small,
         }
         row = out[name]
+        row["first_wal_pages"] = (b["wal_pages"] - a["wal_pages"]) / span
+        row["rerun_wal_pages"] = (c["wal_pages"] - a["wal_pages"]) / small
         row["first"] = row["first_fsync"] + row["first_fdatasync"]
         row["rerun"] = row["rerun_fsync"] + row["rerun_fdatasync"]
     return out
