@@ -599,8 +599,10 @@ def run_postgres(admin_url: str, keys: int, rounds: int, concurrency: list[int],
             rerun: dict[str, list[float]] = {n: [] for n in names}
             for r in range(rounds):
                 order = names[r % len(names):] + names[:r % len(names)]
-                ks = [f"p{workers}-r{r}-k{i}" for i in range(keys)]
                 for name in order:
+                    # keys of its own: the two retrysafe contestants share one ledger,
+                    # and the second must not find the first's outcomes already done
+                    ks = [f"{name.replace('_', '-')}-p{workers}-r{r}-k{i}" for i in range(keys)]
                     _label, target, args = contestants[name]
                     a, b = _pg_round(target, args, workers, ks)
                     first[name].append(a)
