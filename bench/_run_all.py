@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     print("== dashboard pages on a million outcomes", flush=True)
     results["dashboard"] = _run("dashboard.py")
     results["dashboard"].pop("machine", None)
-    print("== scale: bytes per outcome, ls on a million outcomes", flush=True)
+    print("== scale: bytes per outcome, every command at 2,000, 100,000 and a million outcomes",
+          flush=True)
     results["scale"] = _run("scale.py")
     for key in ("guarded_effect_sqlite", "guarded_effect_postgres", "skip_latency",
                 "per_outcome", "cli_latency", "scale"):
