@@ -195,13 +195,17 @@ def per_outcome_lines(result: dict[str, Any]) -> list[str]:
     if sq.get("contestants"):
         lines += [f"One outcome with one guarded effect per key, SQLite (WAL); medians of "
                   f"{sq['rounds']} rounds of {sq['keys_per_round']} keys, the order rotating "
-                  "every round. Durable syncs per outcome counted with strace.", "",
+                  "every round. Durable syncs and the pages appended to the write-ahead log "
+                  "per outcome counted with strace.", "",
                   "| contestant | synchronous | first run | re-run | durable syncs, first run "
-                  "| durable syncs, re-run |", "|---|---|---:|---:|---:|---:|"]
+                  "| durable syncs, re-run | WAL pages, first run |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
         for name, row in sq["contestants"].items():
+            pages = (counts.get(name) or {}).get("first_wal_pages")
             lines.append(f"| {row['label']} | {row['synchronous']} | "
                          f"{_fmt_rate(row['first_median'])} | {_fmt_rate(row['rerun_median'])} | "
-                         f"{_syncs(counts, name, 'first')} | {_syncs(counts, name, 'rerun')} |")
+                         f"{_syncs(counts, name, 'first')} | {_syncs(counts, name, 'rerun')} | "
+                         f"{'-' if pages is None else f'{pages:.1f}'} |")
         st = result.get("statements") or {}
         if st:
             lines += ["", "| per outcome, SQLite, one engine reused (counted) | first run | re-run |",
