@@ -13,6 +13,7 @@ first: one answer either way.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -114,7 +115,17 @@ def _repeated(tokens: list[str], names: tuple[str, ...]) -> list[str] | None:
 
 
 def main() -> None:
-    argv = sys.argv[1:]
+    # The collector is off while the process starts (imports, one ledger read: nothing
+    # worth collecting); what start-up built is then frozen, so neither a later
+    # collection nor the interpreter's last one at exit walks it again.
+    gc.disable()
+    try:
+        _main(sys.argv[1:])
+    finally:
+        gc.freeze()
+
+
+def _main(argv: list[str]) -> None:
     text = _done_step_evidence(argv)
     text = text + "\n" if text is not None else _outcome_text(argv)
     if text is not None:
@@ -126,4 +137,12 @@ def main() -> None:
         sys.exit(0)
     from .cli import main as cli_main
 
+    _started()
     cli_main()
+
+
+def _started() -> None:
+    """Start-up is over: keep what it built out of the collector's way, and collect
+    again from here (a command may run long: a server, a loop, a supervised command)."""
+    gc.freeze()
+    gc.enable()
