@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import keys
-from .checks import UrlCheck, parse_accept
 from .effects import EffectClass, Policy, parse_overrides
 from .errors import ConfigError, HomeNotWritable, InvalidParameter, UnknownJob
 from .location import CONFIG_NAME, config_file, ledger_settings, read_toml, resolve_home
 
 if TYPE_CHECKING:
     from .catchup import Window
+    from .checks import UrlCheck
     from .notify.config import NotifyPlan
 
 __all__ = ["CONFIG_NAME", "Config", "Job", "Settings", "load_config", "resolve_home"]
@@ -212,7 +212,7 @@ def parse_job(name: str, table: Mapping[str, Any]) -> Job:
         lease_seconds=positive_int("lease_seconds", DEFAULT_LEASE_SECONDS),
         classes=parse_overrides(name, classes),
         expected_artifacts=artifacts,
-        accept=parse_accept(name, table.get("accept", [])),
+        accept=_accept(name, table),
         schedule=schedule,
         tz=tz,
         description=str(table.get("description") or ""),
@@ -221,6 +221,15 @@ def parse_job(name: str, table: Mapping[str, Any]) -> Job:
         keep=_keep(name, table.get("keep")),
         catch_up=_catch_up(name, table.get("catch_up"), schedule, params),
     )
+
+
+def _accept(name: str, table: Mapping[str, Any]) -> tuple[str | UrlCheck, ...]:
+    """A job's ``accept`` checks (``checks.py``, imported only for a job that has some)."""
+    if "accept" not in table:
+        return ()
+    from .checks import parse_accept
+
+    return parse_accept(name, table["accept"])
 
 
 def _catch_up(name: str, value: object, schedule: str | None,
