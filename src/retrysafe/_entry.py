@@ -17,12 +17,16 @@ import gc
 import os
 import sys
 
+from . import envvars
+
 __all__ = ["main"]
 
 #: the group's options that may come before ``step`` (each takes a value)
 _GLOBAL_OPTIONS = ("--home", "--config", "--ledger")
 #: the options of a plain command step; connector steps take the full CLI
 _STEP_OPTIONS = ("--class", "--item", "--check", "--attempt")
+#: set by the shell completion click installs: click then completes, whatever the arguments
+_COMPLETE = "_RETRYSAFE_COMPLETE"
 
 
 def _options(tokens: list[str], known: tuple[str, ...]) -> dict[str, str] | None:
@@ -65,17 +69,34 @@ def _done_step_evidence(argv: list[str]) -> str | None:
     )
 
 
-def _outcome_text(argv: list[str]) -> str | None:
-    """What ``[GLOBAL OPTIONS] status KEY``, ``history KEY`` or ``run JOB [-p N=V]... --
-    CMD...`` prints when the answer is read from the ledger alone, or ``None``
-    (any other form, ``--json`` included, takes the CLI)."""
+def _command(argv: list[str]) -> tuple[dict[str, str | None], str, list[str]] | None:
+    """``[GLOBAL OPTIONS] status|history|run ...``: the global options (as ``home``,
+    ``config``, ``ledger``), the command and its arguments; else ``None``."""
     at = next((i for i, a in enumerate(argv) if a in ("status", "history", "run")), None)
     flags = None if at is None else _options(argv[:at], _GLOBAL_OPTIONS)
     if at is None or flags is None:
         return None
     where = {"home": flags.get("--home"), "config": flags.get("--config"),
              "ledger": flags.get("--ledger")}
-    command, rest = argv[at], argv[at + 1:]
+    return where, argv[at], argv[at + 1:]
+
+
+def _plain_run(rest: list[str]) -> tuple[str, list[str], list[str]] | None:
+    """``run``'s arguments in the plain form ``JOB [-p NAME=VALUE]... -- CMD...``: JOB,
+    the parameters, CMD; else ``None`` (any other option, ``--json`` included)."""
+    if "--" not in rest or rest[-1] == "--":
+        return None  # no CMD after "--"
+    sep = rest.index("--")
+    params = [] if sep == 1 else _repeated(rest[1:sep], ("-p", "--param"))
+    if sep == 0 or rest[0].startswith("-") or params is None:
+        return None
+    return rest[0], params, rest[sep + 1:]
+
+
+def _outcome_text(where: dict[str, str | None], command: str, rest: list[str]) -> str | None:
+    """What ``status KEY``, ``history KEY`` or a plain ``run`` prints when the answer is
+    read from the ledger alone (the outcome is done), or ``None`` (any other form,
+    ``--json`` included, takes the CLI)."""
     from . import donestep
 
     if command != "run":
@@ -83,19 +104,11 @@ def _outcome_text(argv: list[str]) -> str | None:
             return None
         read = donestep.status_text if command == "status" else donestep.history_text
         return read(rest[0], **where)
-    if "--" not in rest or rest[-1] == "--":
-        return None  # no CMD after "--"
-    if any(name in os.environ for name in _OPENCLAW_MARKS):
+    plain = _plain_run(rest)
+    if plain is None or any(name in os.environ for name in envvars.OPENCLAW_MARKS):
         return None  # a scheduler's re-run: its "already done" is recorded (cli/run.py)
-    sep = rest.index("--")
-    params = [] if sep == 1 else _repeated(rest[1:sep], ("-p", "--param"))
-    if sep == 0 or rest[0].startswith("-") or params is None:
-        return None
-    return donestep.done_outcome_line(rest[0], params, rest[sep + 1], **where)
-
-
-_OPENCLAW_MARKS = ("OPENCLAW_SHELL", "OPENCLAW_CLI", "OPENCLAW_GATEWAY_PORT", "OPENCLAW_STATE_DIR")
-"""What OpenClaw sets in what it starts (openclaw/context.py reads the same names)."""
+    job, params, cmd = plain
+    return donestep.done_outcome_line(job, params, cmd[0], **where)
 
 
 def _repeated(tokens: list[str], names: tuple[str, ...]) -> list[str] | None:
@@ -120,14 +133,25 @@ def main() -> None:
     # collection nor the interpreter's last one at exit walks it again.
     gc.disable()
     try:
-        _main(sys.argv[1:])
+        if not os.environ.get(_COMPLETE):
+            _without_click(sys.argv[1:])
+        from .cli import main as cli_main
+
+        _started()
+        cli_main()
     finally:
         gc.freeze()
 
 
-def _main(argv: list[str]) -> None:
+def _without_click(argv: list[str]) -> None:
+    """Answer a done step or outcome from the ledger, or run a plain ``run`` through
+    :func:`retrysafe.cli.run.run_plain`, and exit; return when the full CLI must."""
     text = _done_step_evidence(argv)
-    text = text + "\n" if text is not None else _outcome_text(argv)
+    found = _command(argv) if text is None else None
+    if text is not None:
+        text += "\n"
+    elif found is not None:
+        text = _outcome_text(*found)
     if text is not None:
         try:
             sys.stdout.write(text)
@@ -135,10 +159,14 @@ def _main(argv: list[str]) -> None:
         except BrokenPipeError:
             sys.exit(1)  # as the CLI exits when its reader went away (EXIT_FAILED)
         sys.exit(0)
-    from .cli import main as cli_main
+    plain = _plain_run(found[2]) if found is not None and found[1] == "run" else None
+    if found is not None and plain is not None:
+        from .cli.run import run_plain  # the engine, without click
 
-    _started()
-    cli_main()
+        _started()
+        where = found[0]
+        # exits, unless the job catches up earlier occurrences: the CLI does that
+        run_plain(*plain, home=where["home"], config=where["config"], ledger=where["ledger"])
 
 
 def _started() -> None:

@@ -36,7 +36,7 @@ from .errors import ConfigError
 from .location import config_file, ledger_settings, named_ledger, read_toml, resolve_home
 
 __all__ = ["Location", "done_outcome_line", "done_step_evidence", "history_text", "locate",
-           "status_text"]
+           "startable", "status_text"]
 
 
 class Location:
@@ -219,7 +219,10 @@ def done_outcome_line(job: str, params: list[str], command: str, *, home: str | 
     command, as does a command it would not find (``retrysafe run`` refuses one
     before it reads the outcome).
     """
-    if envvars.DRILL_TRIAL in os.environ or not _startable(command):
+    try:
+        if envvars.DRILL_TRIAL in os.environ or not startable(command, os.getcwd()):
+            return None
+    except OSError:  # the current folder is gone: the full command reports it
         return None
     from . import keys
 
@@ -243,14 +246,24 @@ def done_outcome_line(job: str, params: list[str], command: str, *, home: str | 
     return _outcome_answer(home, config, ledger, write=True, answer=answer)
 
 
-def _startable(argv0: str) -> bool:
-    """``retrysafe run``'s check that its command can start (``cli.run``): a path is
-    an executable file; a name is found on ``PATH`` as :func:`shutil.which` finds it
-    (``shutil`` itself imports the compression modules). ``False`` also means doubt."""
+def startable(argv0: str, cwd: str) -> bool:
+    """``retrysafe run``'s check that its command can start, its one place: a path is
+    an executable file (relative to ``cwd``); a name is found on ``PATH`` (unset:
+    the system's default path) as :func:`shutil.which` finds it, without importing
+    ``shutil``, which imports the compression modules."""
     if os.sep in argv0:
-        path = Path(os.getcwd()) / argv0
+        path = Path(cwd) / argv0
         return path.is_file() and os.access(path, os.X_OK)
+    if sys.platform == "win32":  # which() also tries PATHEXT and the current folder there
+        import shutil
+
+        return shutil.which(argv0) is not None
     search = os.environ.get("PATH")
+    if search is None:
+        try:
+            search = os.confstr("CS_PATH")
+        except (AttributeError, ValueError):
+            search = os.defpath
     for folder in search.split(os.pathsep) if search else ():
         name = os.path.join(folder, argv0)
         if os.path.exists(name) and os.access(name, os.X_OK) and not os.path.isdir(name):

@@ -4,7 +4,8 @@ Three kinds: what a user sets to choose where things are (``HOME``,
 ``CONFIG``, ``LEDGER``; flag > environment > config file > default), what an
 attempt hands to the commands it runs (``JOB`` ... ``OUTPUT``), and the
 switches of drills and tests (``CRASH_AT``, ``DRILL_*``, ``DEBUG``).
-docs/cli.md documents each.
+docs/cli.md documents each. :data:`OPENCLAW_MARKS` names what OpenClaw sets
+in what it starts, which tells a run started by OpenClaw.
 """
 
 from __future__ import annotations
@@ -76,3 +77,8 @@ DRILL_CUT = "RETRYSAFE_DRILL_CUT"
 """In a drill trial: these steps run, then their answer is lost."""
 DEBUG = "RETRYSAFE_DEBUG"
 """Print the traceback of an internal error."""
+
+# --- set by OpenClaw in what it starts (not ours) ---
+OPENCLAW_MARKS = ("OPENCLAW_SHELL", "OPENCLAW_CLI", "OPENCLAW_GATEWAY_PORT", "OPENCLAW_STATE_DIR")
+"""Any of these set: OpenClaw started this process (openclaw/context.py reads them); none
+set: its context is empty."""

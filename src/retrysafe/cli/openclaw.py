@@ -158,7 +158,7 @@ def run_command(
     Example:
       retrysafe --home /srv/retrysafe openclaw run weekly-ops-report -- /srv/reports/send-report.sh
     """
-    from .run import run as plain_run
+    from .run_command import run as plain_run
 
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]

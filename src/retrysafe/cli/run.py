@@ -1,24 +1,30 @@
 """``retrysafe run``: one attempt at a job's outcome around any command.
 
-The attempt records the command it runs and the folder it runs in (its
-context: ``command``, ``cwd``), so ``retrysafe resume KEY`` can run it again
-exactly as this command would.
+Claim, run, close out, print the result, exit with its code (:func:`run_job`,
+also used by ``resume``, ``each`` and ``openclaw run``). The attempt records
+the command it runs and the folder it runs in (its context: ``command``,
+``cwd``), so ``retrysafe resume KEY`` can run it again exactly as this command
+would.
+
+Nothing here imports click at import time; the command's options are parsed
+in :mod:`retrysafe.cli.run_command`. The executable (:mod:`retrysafe._entry`)
+runs a plain ``retrysafe run JOB [-p NAME=VALUE]... -- CMD...`` through
+:func:`run_plain`, which does what the command does with the same arguments
+and reports an error as click's ``main`` and :func:`retrysafe.cli.main` would.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-import click
-
 from .. import envvars
 from ..crash import crash_point
+from ..donestep import startable
 from ..engine import Engine, unblock_hint
 from ..errors import (
     EXIT_BLOCKED,
@@ -35,13 +41,13 @@ from ..keys import parse_assignments
 from ..ledger import AttemptRecord
 from ..states import ClaimStatus
 from ..supervise import run_command
-from ._common import emit_json, json_option, params_option, state, table
+from ._output import echo, exit_plain
 
 if TYPE_CHECKING:
     from ..catchup import Plan, Window
 
-__all__ = ["CATCH_UP_FIELD", "COMMAND_FIELD", "CWD_FIELD", "attempt_once", "run", "run_job",
-           "stored_command"]
+__all__ = ["CATCH_UP_FIELD", "COMMAND_FIELD", "CWD_FIELD", "attempt_once", "catch_up_window",
+           "finish", "run_context", "run_job", "run_plain", "stored_command"]
 
 COMMAND_FIELD = "command"
 """The attempt's context field holding the command it ran (a JSON list of words)."""
@@ -56,12 +62,13 @@ EXIT_INTERRUPTED = 130
 def run_context(openclaw_run_id: str | None) -> dict[str, str]:
     """What the scheduler tells us about this run, recorded with the attempt."""
     context: dict[str, str] = {}
-    try:
-        from ..openclaw.context import detect_context
-    except ImportError:
-        pass
-    else:
-        context.update(detect_context(os.environ))
+    if any(name in os.environ for name in envvars.OPENCLAW_MARKS):  # else OpenClaw said nothing
+        try:
+            from ..openclaw.context import detect_context
+        except ImportError:
+            pass
+        else:
+            context.update(detect_context(os.environ))
     if openclaw_run_id:
         context["openclaw_run_id"] = openclaw_run_id
     return context
@@ -88,20 +95,20 @@ def stored_command(key: str, attempts: Sequence[AttemptRecord]) -> tuple[list[st
 
 def _check_startable(argv0: str, cwd: str) -> None:
     """A command that cannot start is refused (exit 2) before anything is recorded."""
-    if os.sep in argv0:
-        found = (Path(cwd) / argv0).is_file() and os.access(Path(cwd) / argv0, os.X_OK)
-    else:
-        found = shutil.which(argv0) is not None
-    if not found:
+    if not startable(argv0, cwd):
         raise InvalidInput(f"command not found: {argv0}")
 
 
-def _finish(result: dict[str, Any], lines: list[str], code: int, as_json: bool) -> NoReturn:
+def finish(result: dict[str, Any], lines: list[str], code: int, as_json: bool) -> NoReturn:
+    """Print a run's result (its lines, or with ``as_json`` its fields and exit code as
+    JSON) and exit with ``code``."""
     if as_json:
+        from ._common import emit_json  # click: --json is parsed by the full command
+
         emit_json({**result, "exit_code": code})
     else:
         for line in lines:
-            click.echo(line)
+            echo(line)
     sys.exit(code)
 
 
@@ -117,8 +124,8 @@ def run_job(engine: Engine, job_name: str, params: Mapping[str, str], cmd: Seque
         raise InvalidInput(f"the folder the command ran in is gone: {cwd}")
     _check_startable(cmd[0], folder)
     if catch_up is None:
-        _finish(*attempt_once(engine, job_name, params, cmd, context=context, cwd=cwd,
-                              as_json=as_json, extra=extra), as_json)
+        finish(*attempt_once(engine, job_name, params, cmd, context=context, cwd=cwd,
+                             as_json=as_json, extra=extra), as_json)
     from ..catchup import exit_code, plan
 
     caught = plan(engine, job_name, params, catch_up)
@@ -130,12 +137,12 @@ def run_job(engine: Engine, job_name: str, params: Mapping[str, str], cmd: Seque
         result = {**(extra or {}), "key": current_key, "job": job_name, "status": "interrupted",
                   "state": None, "attempt": None, "reason": why, "unblock": "",
                   "catch_up": earlier}
-        _finish(result, [f"interrupted: {why}"], EXIT_INTERRUPTED, as_json)
+        finish(result, [f"interrupted: {why}"], EXIT_INTERRUPTED, as_json)
     result, lines, code = attempt_once(engine, job_name, caught.params, cmd, context=context,
                                        cwd=cwd, as_json=as_json, extra=extra)
     result["catch_up"] = earlier
     code = exit_code(code, [e["exit_code"] for e in earlier if e["action"] == "run"])
-    _finish(result, lines, code, as_json)
+    finish(result, lines, code, as_json)
 
 
 def _finish_earlier(engine: Engine, caught: Plan, cmd: Sequence[str], current_key: str, *,
@@ -160,8 +167,7 @@ def _finish_earlier(engine: Engine, caught: Plan, cmd: Sequence[str], current_ke
                 lines = [f"blocked: {earlier.key} waits for a person: {earlier.reason}",
                          f"to unblock: {hint}"]
             else:
-                click.echo(f"catch-up: {earlier.key} ({earlier.state}) before {current_key}",
-                           err=True)
+                echo(f"catch-up: {earlier.key} ({earlier.state}) before {current_key}", err=True)
                 params = {**caught.params, caught.param: earlier.occurrence}
                 try:
                     result, lines, code = attempt_once(
@@ -173,7 +179,7 @@ def _finish_earlier(engine: Engine, caught: Plan, cmd: Sequence[str], current_ke
                 entry = {**result, **base, "action": "run", "exit_code": code}
             done.append(entry)
             if not as_json:
-                click.echo("catch-up: " + "; ".join(lines))
+                echo("catch-up: " + "; ".join(lines))
             sys.stdout.flush()
             check_signals()
             if stop.interrupted:
@@ -241,13 +247,15 @@ def attempt_once(engine: Engine, job_name: str, params: Mapping[str, str], cmd: 
     return result, [line], EXIT_FAILED
 
 
-def _window(engine: Engine, job_name: str, given: Mapping[str, str], catch_up: bool | None,
-            window: str | None) -> Window | None:
+def catch_up_window(engine: Engine, job_name: str, given: Mapping[str, str],
+                    catch_up: bool | None, window: str | None) -> Window | None:
     """The catch-up window this run uses, or ``None``: ``--catch-up[-window]``, else the
     job's ``catch_up`` for the run of the current occurrence (not for a backfill naming
     its occurrence with ``-p``, nor inside a drill trial, whose runs are counted)."""
     if catch_up is False:
         if window is not None:
+            import click  # only the run command's options can conflict
+
             raise click.UsageError("--catch-up-window and --no-catch-up cannot be combined")
         return None
     if window is not None:
@@ -265,75 +273,25 @@ def _window(engine: Engine, job_name: str, given: Mapping[str, str], catch_up: b
     return None if named else job.catch_up
 
 
-def _dry_run(engine: Engine, job_name: str, given: Mapping[str, str],
-             window: Window | None, as_json: bool) -> NoReturn:
-    """What the run would do, oldest first; nothing is run or recorded."""
-    from ..catchup import plan
+def run_plain(job_name: str, params: list[str], cmd: Sequence[str], *, home: str | None = None,
+              config: str | None = None, ledger: str | None = None) -> None:
+    """``retrysafe [--home H] [--config F] [--ledger URL] run JOB [-p NAME=VALUE]... -- CMD...``
+    without click: what the ``run`` command does with these arguments, call for call,
+    the engine closed before an error is reported, as the command's context closes it.
 
-    caught = plan(engine, job_name, given, window) if window is not None else None
-    params = caught.params if caught is not None else given
-    key = engine.outcome_key(job_name, params)[1]
-    out = engine.ledger.outcome(key)
-    now = out.state if out is not None else "missing"
-    action = {"done": "nothing (done)", "blocked": "stop (blocked)"}.get(str(now), "run")
-    earlier = [{"occurrence": e.occurrence, "key": e.key, "state": e.state,
-                "action": "catch up" if e.runnable else "skip (blocked)"}
-               for e in (caught.earlier if caught is not None else ())]
-    if as_json:
-        emit_json({"dry_run": True, "job": job_name,
-                   "window": window.text if window is not None else None,
-                   "current": {"key": key, "state": now, "action": action},
-                   "catch_up": earlier, "exit_code": EXIT_DONE})
-    else:
-        table(["key", "state", "action"],
-              [*((e["key"], e["state"], e["action"]) for e in earlier), (key, now, action)])
-    sys.exit(EXIT_DONE)
-
-
-@click.command(context_settings={"ignore_unknown_options": True})
-@click.argument("job_name", metavar="JOB")
-@params_option()
-@click.option("--openclaw-run-id", metavar="ID", help="Record OpenClaw's run id with the attempt.")
-@click.option("--catch-up/--no-catch-up", "catch_up", default=None,
-              help="First finish earlier occurrences that are not done (failed, unknown, never "
-                   "ran), oldest first (default: the job's catch_up setting).")
-@click.option("--catch-up-window", "window", metavar="WINDOW",
-              help="How far back --catch-up looks from the current occurrence: an age (7d, "
-                   "36h) or a number of occurrences (3). Implies --catch-up. Default: the "
-                   "job's catch_up, else 7d.")
-@click.option("--dry-run", is_flag=True,
-              help="List what would run (earlier occurrences and the current one); run nothing.")
-@json_option
-@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(job_name: str, params: tuple[str, ...], openclaw_run_id: str | None,
-        catch_up: bool | None, window: str | None, dry_run: bool, as_json: bool,
-        cmd: tuple[str, ...]) -> None:
-    """Run CMD as the next attempt at JOB's outcome, unless it is already done.
-
-    \b
-    Done: says so, exits 0, does not run CMD.   Busy: exits 75.
-    Blocked: exits 3 with the reason and the command that unblocks it.
-    Otherwise CMD runs with RETRYSAFE_OUTCOME_KEY, RETRYSAFE_ATTEMPT_ID,
-    RETRYSAFE_ATTEMPT_DIR... set; exit 0 leads to close-out. The attempt
-    records CMD and the current folder, for 'retrysafe resume KEY'. With
-    --json the result is one JSON object on stdout and CMD's output goes to
-    stderr.
-
-    With --catch-up (or the job's catch_up setting, for the run of the
-    current occurrence), earlier occurrences inside the window that are not
-    done run first, oldest first, each under its own key; blocked ones are
-    reported, not run. The exit code is the current occurrence's; when that
-    is 0, 3 if an earlier one ended blocked, 1 if one ended otherwise not done.
-
-    \b
-    Example:
-      retrysafe run weekly-ops-report -p week=2026-W32 -- ./send-report.sh
-      retrysafe run weekly-ops-report --catch-up -- ./send-report.sh
+    Exits, except for a job that first catches up earlier occurrences: then it
+    returns, having read only the config, and the ``run`` command does it all.
     """
-    engine = state().engine
-    given = parse_assignments(params)
-    catch = _window(engine, job_name, given, catch_up, window)
-    if dry_run:
-        _dry_run(engine, job_name, given, catch, as_json)
-    run_job(engine, job_name, given, cmd, context=run_context(openclaw_run_id), as_json=as_json,
-            catch_up=catch)
+    try:
+        engine: Engine | None = None
+        try:
+            engine = Engine.open(home, config, ledger)
+            given = parse_assignments(params)
+            if catch_up_window(engine, job_name, given, None, None) is not None:
+                return
+            run_job(engine, job_name, given, cmd, context=run_context(None))
+        finally:
+            if engine is not None:
+                engine.close()
+    except (Exception, KeyboardInterrupt) as exc:
+        exit_plain(exc)

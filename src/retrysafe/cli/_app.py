@@ -1,0 +1,104 @@
+"""The click group of :mod:`retrysafe.cli`, its lazily loaded commands, and :func:`main`."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from .. import envvars
+from ._common import State
+from ._output import exit_for
+
+__all__ = ["cli", "main"]
+
+
+# name -> "module:object". Each command's module is imported only when that
+# command runs (or when help lists it), so `retrysafe step` on a done step
+# does not pay for the drill, the agent protocol or the scheduler.
+_COMMANDS: dict[str, str] = {
+    "run": "run_command:run",
+    "step": "steps:step",
+    "generate": "steps:generate",
+    "status": "read:status",
+    "ls": "read:ls",
+    "history": "read:history",
+    "verify": "read:verify",
+    "missed": "missed:missed",
+    "resolve": "human:resolve",
+    "approve": "human:approve",
+    "retry": "human:retry",
+    "break-lease": "lease:break_lease",
+    "forget": "human:forget",
+    "jobs": "jobs:jobs",
+    "job": "jobs:job",
+    "migrate": "admin:migrate",
+    "doctor": "admin:doctor",
+    "demo": "admin:demo",
+    "drill": "drill:drill",
+    "begin": "agent:begin",
+    "check": "agent:check",
+    "intent": "agent:intent",
+    "record": "agent:record",
+    "unknown": "agent:unknown",
+    "block": "agent:block",
+    "close": "agent:close",
+    "openclaw": "openclaw:openclaw",
+    "needs-attention": "attention:needs_attention",
+    "prune": "retention:prune",
+    "export": "transfer:export",
+    "import": "transfer:import_",
+    "completion": "completion:completion",
+    "resume": "human:resume",
+    "each": "each:each",
+    "notify": "notify:notify",
+    "ui": "ui:ui",
+    "metrics": "metrics:metrics",
+    "recover": "recover:recover",
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, _, attr = target.partition(":")
+        module = importlib.import_module(f"{__package__}.{module_name}")
+        command: click.Command = getattr(module, attr)
+        return command
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--home", envvar=envvars.HOME, metavar="DIR",
+              help="Home folder (runs/, ledger, config). Env RETRYSAFE_HOME; "
+                   "default: the per-user state folder.")
+@click.option("--config", envvar=envvars.CONFIG, metavar="FILE",
+              help="Config file. Env RETRYSAFE_CONFIG; default: HOME/retrysafe.toml.")
+@click.option("--ledger", envvar=envvars.LEDGER, metavar="URL",
+              help="Ledger URL (sqlite:///PATH or postgresql://...). Env RETRYSAFE_LEDGER.")
+@click.version_option(package_name="retrysafe")
+@click.pass_context
+def cli(ctx: click.Context, home: str | None, config: str | None, ledger: str | None) -> None:
+    """Make automations retry-safe: one intended outcome per key.
+
+    \b
+    Example:
+      retrysafe job add weekly-ops-report --key 'weekly-ops-report:{week}' --param week=isoweek
+      retrysafe run weekly-ops-report -p week=2026-W32 -- ./send-report.sh
+    """
+    ctx.obj = State(home, config, ledger)
+    ctx.call_on_close(ctx.obj.close)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: one clear line and a documented exit code, never a traceback."""
+    try:
+        code = cli.main(args=argv, prog_name="retrysafe", standalone_mode=False)
+    except (Exception, KeyboardInterrupt) as exc:
+        exit_for(exc)
+    sys.exit(code if isinstance(code, int) else 0)
