@@ -447,26 +447,30 @@ BASE_DDL = ("CREATE TABLE IF NOT EXISTS base_effects (key TEXT PRIMARY KEY, stat
             " updated_at TIMESTAMPTZ NOT NULL DEFAULT now())")
 
 
+def _base_one(conn: Any, k: str) -> str:
+    """The careful script for one key: intent with INSERT ... ON CONFLICT DO NOTHING
+    RETURNING, then the record; a key already there is read (done: its result comes
+    back)."""
+    if conn.execute("INSERT INTO base_effects (key, state) VALUES (%s, 'running')"
+                    " ON CONFLICT (key) DO NOTHING RETURNING 1", (k,)).fetchone():
+        result = _execute(k)
+        conn.execute("UPDATE base_effects SET state = 'done', result = %s,"
+                     " updated_at = now() WHERE key = %s AND state = 'running'", (result, k))
+        return result
+    row = conn.execute("SELECT state, result FROM base_effects WHERE key = %s", (k,)).fetchone()
+    if row is None or row[0] != "done":
+        raise RuntimeError(f"{k} is {row}")
+    return str(row[1])
+
+
 def _pg_base_worker(url: str, keys: list[str], barrier: Any, out: Any) -> None:
-    """The careful script: intent with INSERT ... ON CONFLICT DO NOTHING RETURNING, then
-    the record; a key already there is read (done: its result comes back)."""
+    """The careful script (:func:`_base_one`) in autocommit, one connection."""
     import psycopg
 
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             def one(k: str) -> str:
-                if conn.execute("INSERT INTO base_effects (key, state) VALUES (%s, 'running')"
-                                " ON CONFLICT (key) DO NOTHING RETURNING 1", (k,)).fetchone():
-                    result = _execute(k)
-                    conn.execute("UPDATE base_effects SET state = 'done', result = %s,"
-                                 " updated_at = now() WHERE key = %s AND state = 'running'",
-                                 (result, k))
-                    return result
-                row = conn.execute("SELECT state, result FROM base_effects WHERE key = %s",
-                                   (k,)).fetchone()
-                if row is None or row[0] != "done":
-                    raise RuntimeError(f"{k} is {row}")
-                return str(row[1])
+                return _base_one(conn, k)
 
             one(f"warm-{keys[0]}")
             _pg_timed(keys, one, barrier, out)
@@ -679,20 +683,24 @@ def pg_counts(url: str, home: Path, n: int = 20) -> dict[str, Any]:
                 with engine.start("bench", {"run": k}) as r:
                     r.effect("send", "local_write", execute=_execute)
 
-            one("count-warm")
-            for phase in ("first", "rerun"):
-                counts.update(statements=0, transactions=0, pipelined=0)
-                counting[0] = True
-                for i in range(n):
-                    one(f"count-{i}")
-                counting[0] = False
-                # a transaction block adds BEGIN and COMMIT round trips
-                out[f"rs_engine_{phase}"] = {
-                    "round_trips": (counts["statements"] + 2 * counts["transactions"]) / n,
-                    "transactions_blocks": counts["transactions"] / n,
-                    "statements": (counts["statements"] + counts["pipelined"]) / n}
-        out["base_first"] = {"round_trips": 2.0, "transactions_blocks": 0.0, "statements": 2.0}
-        out["base_rerun"] = {"round_trips": 2.0, "transactions_blocks": 0.0, "statements": 2.0}
+            with psycopg.connect(url, autocommit=True) as base:
+                def base_one(k: str) -> None:
+                    _base_one(base, k)
+
+                for name, f in (("rs_engine", one), ("base", base_one)):
+                    f(f"count-warm-{name.replace('_', '-')}")
+                    for phase in ("first", "rerun"):
+                        counts.update(statements=0, transactions=0, pipelined=0)
+                        counting[0] = True
+                        for i in range(n):
+                            f(f"count-{name.replace('_', '-')}-{i}")
+                        counting[0] = False
+                        # a transaction block adds BEGIN and COMMIT round trips
+                        out[f"{name}_{phase}"] = {
+                            "round_trips": (counts["statements"]
+                                            + 2 * counts["transactions"]) / n,
+                            "transactions_blocks": counts["transactions"] / n,
+                            "statements": (counts["statements"] + counts["pipelined"]) / n}
     finally:
         patched.execute, patched.transaction = real_execute, real_transaction
         patched.pipeline = real_pipeline

@@ -3,6 +3,7 @@ connections, concurrent migrations and claims, all against real servers."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -108,22 +109,39 @@ def test_missing_database_is_a_usage_error(pg_admin_dsn: str, tmp_path: Path) ->
     assert cli(tmp_path / "home", url, "status", "job:1").returncode == EXIT_USAGE
 
 
-def test_connection_lost_mid_transaction_rolls_back(pg_db: str) -> None:
+def _kill_session(tx: object, pg_db: str, wait_ms: int | None = None) -> None:
+    """End this transaction's server session from another connection."""
+    pid = tx.rows("SELECT pg_backend_pid() AS pid")[0]["pid"]  # type: ignore[attr-defined]
+    with psycopg.connect(pg_db, autocommit=True) as killer:
+        if wait_ms is None:
+            killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        else:
+            killer.execute("SELECT pg_terminate_backend(%s, %s)", (pid, wait_ms))
+
+
+@pytest.mark.parametrize("final", [False, True], ids=["plain", "final-writes"])
+def test_connection_lost_mid_transaction_rolls_back(
+        pg_db: str, final: bool, caplog: pytest.LogCaptureFixture) -> None:
     """A session killed inside a transaction: LedgerUnavailable, nothing half-written,
-    and the next transaction gets a fresh connection."""
+    and the next transaction gets a fresh connection. So too when the last write is
+    one of the final writes that travel with the COMMIT: the error says nothing was
+    recorded when the loss shows before the COMMIT is queued, else that the change may
+    or may not have been (the COMMIT was on its way); psycopg's own complaint about its
+    broken pipeline is not logged over it."""
     backend = PostgresBackend(pg_db)
     try:
         with backend.transaction() as tx:
             tx.run("CREATE TABLE probe (v TEXT)")
-        with pytest.raises(LedgerUnavailable, match="nothing was recorded"), \
-                backend.transaction() as tx:
+        told = "nothing was recorded|may or may not have been recorded" if final else \
+            "nothing was recorded"
+        with pytest.raises(LedgerUnavailable, match=told), backend.transaction() as tx:
             tx.run("INSERT INTO probe (v) VALUES (?)", ("half",))
-            pid = tx.rows("SELECT pg_backend_pid() AS pid")[0]["pid"]
-            with psycopg.connect(pg_db, autocommit=True) as killer:
-                killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            tx.run("INSERT INTO probe (v) VALUES (?)", ("other half",))
+            _kill_session(tx, pg_db)
+            with tx.final_writes() if final else contextlib.nullcontext():
+                tx.run("INSERT INTO probe (v) VALUES (?)", ("other half",))
         with backend.transaction(write=False) as tx:
             assert tx.rows("SELECT v FROM probe") == []
+        assert not [r for r in caplog.records if r.name == "psycopg"]
     finally:
         backend.close()
 
@@ -138,9 +156,7 @@ def test_connection_lost_at_commit_says_the_outcome_is_unknown(pg_db: str) -> No
         with pytest.raises(LedgerUnavailable, match="may or may not have been recorded"), \
                 backend.transaction() as tx:
             tx.run("INSERT INTO probe (v) VALUES (?)", ("maybe",))
-            pid = tx.rows("SELECT pg_backend_pid() AS pid")[0]["pid"]
-            with psycopg.connect(pg_db, autocommit=True) as killer:
-                killer.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+            _kill_session(tx, pg_db, 5000)
         with backend.transaction(write=False) as tx:
             # here the server had not committed: the session ended before COMMIT arrived
             assert tx.rows("SELECT v FROM probe") == []
@@ -222,3 +238,38 @@ def test_32_concurrent_claims_of_a_new_outcome_start_exactly_one_attempt(pg_db: 
     with open_ledger(pg_db) as ledger:
         assert [a.number for a in ledger.attempts("fresh:1")] == [1]
         assert ledger.require_outcome("fresh:1").fence == 1
+
+
+def test_final_writes_go_with_the_commit_and_fail_with_it(pg_db: str) -> None:
+    """The writes that end a transaction travel with its COMMIT. They land with it;
+    one the server refuses undoes the whole transaction and is reported as a plain
+    failure (not 'may or may not'); the pooled connection works afterwards."""
+    backend = PostgresBackend(pg_db)
+
+    def values() -> list[str]:
+        with backend.transaction(write=False) as tx:
+            return [r["v"] for r in tx.rows("SELECT v FROM probe ORDER BY v")]
+
+    try:
+        with backend.transaction() as tx:
+            tx.run("CREATE TABLE probe (v TEXT PRIMARY KEY)")
+        with backend.transaction() as tx:
+            tx.run("INSERT INTO probe (v) VALUES (?)", ("a",))
+            with tx.final_writes():
+                tx.run("INSERT INTO probe (v) VALUES (?)", ("b",))
+                tx.run("INSERT INTO probe (v) VALUES (?)", ("c",))
+        assert values() == ["a", "b", "c"]
+        with pytest.raises(LedgerError) as err, backend.transaction() as tx:
+            tx.run("INSERT INTO probe (v) VALUES (?)", ("d",))
+            with tx.final_writes():
+                tx.run("INSERT INTO probe (v) VALUES (?)", ("e",))
+                tx.run("INSERT INTO probe (v) VALUES (?)", ("a",))  # a duplicate key
+        assert not isinstance(err.value, LedgerUnavailable)
+        assert "duplicate key" in str(err.value)
+        assert values() == ["a", "b", "c"]
+        with backend.transaction() as tx, tx.final_writes():
+            tx.run("INSERT INTO probe (v) VALUES (?)", ("f",))
+        assert values() == ["a", "b", "c", "f"]
+    finally:
+        backend.close()
+

@@ -33,11 +33,12 @@ class Tx(ABC):
         found = self.rows(sql, params)
         return found[0] if found else None
 
-    def pipeline(self) -> AbstractContextManager[object]:
-        """A run of writes whose results nobody reads: a client-server backend
-        sends them together (one round trip) and reports any error when the
-        block ends; :meth:`run` then returns no row count. In-process
-        backends run them one by one, as without it."""
+    def final_writes(self) -> AbstractContextManager[object]:
+        """The writes that end the transaction, whose results nobody reads: a
+        client-server backend sends them with the COMMIT, in one round trip, and
+        reports any error of theirs as the commit's (:meth:`run` returns no row
+        count there). Nothing may run in the transaction after the block.
+        In-process backends run them one by one, as without it."""
         return contextlib.nullcontext()
 
 

@@ -308,7 +308,7 @@ class LedgerCore:
             if made:
                 planned = outcome_from_row({**made, "state": _O.PLANNED.value, "fence": 0,
                                             "attempts": 0, "current_attempt": None})
-                with tx.pipeline():  # written, not read: one round trip on a server
+                with tx.final_writes():  # written, not read: sent with the COMMIT
                     attempt, claimed = self._start_attempt(tx, planned, holder, lease_seconds,
                                                            context, attempt_id=attempt_id,
                                                            written=True)
@@ -344,7 +344,7 @@ class LedgerCore:
             if used >= max_attempts:
                 out = self._exhaust(tx, out, used, max_attempts)
                 return Claim(ClaimStatus.BLOCKED, out, reason=out.reason, superseded=superseded)
-            with tx.pipeline():  # written, not read: one round trip on a server
+            with tx.final_writes():  # written, not read: sent with the COMMIT
                 attempt, out = self._start_attempt(tx, out, holder, lease_seconds, context)
             return Claim(ClaimStatus.STARTED, out, attempt=attempt, superseded=superseded)
 
@@ -506,7 +506,7 @@ class LedgerCore:
             extra: dict[str, Any] = {"current_attempt": None}
             if accepted:
                 extra["accepted_attempt"] = attempt.id
-            with tx.pipeline():  # written, not read: one round trip on a server
+            with tx.final_writes():  # written, not read: sent with the COMMIT
                 # a step still running when its attempt ends can only be unknown now
                 for row in running:
                     why = f"attempt {attempt.number} finished while this step was running"

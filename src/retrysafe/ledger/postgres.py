@@ -149,6 +149,8 @@ class _PgTx(Tx):
     def __init__(self, conn: psycopg.Connection[DictRow], now: float | None = None) -> None:
         self.conn = conn
         self._now = now
+        #: the pipeline final_writes left open for the COMMIT
+        self.held: contextlib.ExitStack | None = None
 
     @property
     def now(self) -> float:
@@ -171,9 +173,43 @@ class _PgTx(Tx):
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         return self.conn.execute(_driver_sql(sql), tuple(params)).rowcount
 
-    def pipeline(self) -> AbstractContextManager[object]:
-        # libpq's pipeline mode: the statements go out together, one round trip
-        return self.conn.pipeline() if _PIPELINE else contextlib.nullcontext()
+    def final_writes(self) -> AbstractContextManager[object]:
+        # libpq's pipeline mode: the statements go out together, and the pipeline
+        # is held open so that the COMMIT joins them (PostgresBackend.transaction)
+        return self._held_pipeline() if _PIPELINE else contextlib.nullcontext()
+
+    @contextmanager
+    def _held_pipeline(self) -> Iterator[None]:
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.conn.pipeline())
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):  # the failure in the block is the one told
+                stack.close()
+            raise
+        self.held = stack
+
+    def release(self) -> None:
+        """Leave a held pipeline after a failure (the failure is reported, not this)."""
+        held, self.held = self.held, None
+        if held is not None:
+            with contextlib.suppress(psycopg.Error):
+                held.close()
+
+    def commit(self) -> str | None:
+        """COMMIT, with the held writes if any (one round trip); the server's answer."""
+        held, self.held = self.held, None
+        if held is None:
+            return self.conn.execute("COMMIT").statusmessage
+        try:
+            cur = self.conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):
+                held.close()
+            raise
+        held.close()  # the writes and the COMMIT go out, their results come back
+        return cur.statusmessage
 
 
 
@@ -328,13 +364,15 @@ class PostgresBackend(Backend):
             try:
                 yield tx
             except BaseException as exc:
+                tx.release()
                 _rollback_quietly(conn)
                 if isinstance(exc, psycopg.Error):
                     raise self._translate(exc, in_commit=False) from None
                 raise
             try:
-                done = conn.execute("COMMIT").statusmessage
+                done = tx.commit()
             except psycopg.Error as exc:
+                tx.release()
                 _rollback_quietly(conn)
                 raise self._translate(exc, in_commit=True) from None
             if done != "COMMIT":  # the server answers ROLLBACK for an aborted transaction
