@@ -641,12 +641,15 @@ def run_postgres(admin_url: str, keys: int, rounds: int, concurrency: list[int],
             "rounds": rounds, "concurrency": per, "per_outcome": counts}
 
 
+_TX_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SET LOCAL", "SELECT extract(epoch FROM now())")
+
+
 def pg_counts(url: str, home: Path, n: int = 20) -> dict[str, Any]:
     """Round trips and transactions per outcome on PostgreSQL (retrysafe and the
     hand-written script), counted by wrapping psycopg in this process."""
     import psycopg
 
-    counts = {"statements": 0, "transactions": 0, "pipelined": 0}
+    counts = {"statements": 0, "transactions": 0, "pipelined": 0, "control": 0}
     real_execute, real_transaction = psycopg.Connection.execute, psycopg.Connection.transaction
     real_pipeline = psycopg.Connection.pipeline
     counting = [False]
@@ -654,8 +657,14 @@ def pg_counts(url: str, home: Path, n: int = 20) -> dict[str, Any]:
 
     def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         if counting[0]:
-            # statements sent in one pipeline share its one round trip
-            counts["pipelined" if in_pipeline[0] else "statements"] += 1
+            # statements sent in one pipeline share its one round trip; BEGIN, COMMIT
+            # and what opens a transaction (its settings, the server's clock) are
+            # round trips only when they are not in a pipeline
+            control = str(query).startswith(_TX_CONTROL)
+            if in_pipeline[0]:
+                counts["pipelined"] += 0 if control else 1
+            else:
+                counts["control" if control else "statements"] += 1
         return real_execute(self, query, *args, **kwargs)
 
     @contextlib.contextmanager
@@ -690,14 +699,14 @@ def pg_counts(url: str, home: Path, n: int = 20) -> dict[str, Any]:
                 for name, f in (("rs_engine", one), ("base", base_one)):
                     f(f"count-warm-{name.replace('_', '-')}")
                     for phase in ("first", "rerun"):
-                        counts.update(statements=0, transactions=0, pipelined=0)
+                        counts.update(statements=0, transactions=0, pipelined=0, control=0)
                         counting[0] = True
                         for i in range(n):
                             f(f"count-{name.replace('_', '-')}-{i}")
                         counting[0] = False
                         # a transaction block adds BEGIN and COMMIT round trips
                         out[f"{name}_{phase}"] = {
-                            "round_trips": (counts["statements"]
+                            "round_trips": (counts["statements"] + counts["control"]
                                             + 2 * counts["transactions"]) / n,
                             "transactions_blocks": counts["transactions"] / n,
                             "statements": (counts["statements"] + counts["pipelined"]) / n}

@@ -273,3 +273,28 @@ def test_final_writes_go_with_the_commit_and_fail_with_it(pg_db: str) -> None:
     finally:
         backend.close()
 
+
+
+def test_a_transaction_opens_with_its_first_statement_and_keeps_the_servers_clock(
+        pg_db: str) -> None:
+    """A write transaction's BEGIN goes out with its first statement: the clock it
+    reads is the transaction's own (the same now() a statement in it writes), an
+    empty transaction still commits, and a failing first statement rolls it back."""
+    backend = PostgresBackend(pg_db)
+    try:
+        with backend.transaction() as tx:
+            tx.run("CREATE TABLE probe (v TEXT, at DOUBLE PRECISION)")
+        with backend.transaction():
+            pass
+        with backend.transaction(durable=False) as tx:
+            tx.run("INSERT INTO probe (v, at) VALUES ('x', extract(epoch FROM now()))")
+            now = tx.now
+            assert tx.rows("SELECT current_setting('synchronous_commit') AS s")[0]["s"] == "off"
+        with backend.transaction(write=False) as tx:
+            assert tx.rows("SELECT at FROM probe") == [{"at": now}]
+        with pytest.raises(LedgerError), backend.transaction() as tx:
+            tx.run("INSERT INTO no_such_table (v) VALUES ('y')")
+        with backend.transaction() as tx:
+            assert tx.rows("SELECT v FROM probe") == [{"v": "x"}]
+    finally:
+        backend.close()

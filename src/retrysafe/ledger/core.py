@@ -298,12 +298,16 @@ class LedgerCore:
         with self.backend.transaction(durable=False) as tx:
             # A new outcome is inserted already claimed by attempt 1 (its history says
             # planned -> running, as for any claim); an existing one is read and locked.
+            # (a server's own clock in the SQL lets it open the transaction with this
+            # statement; it is the transaction's, the same tx.now reads)
             attempt_id = new_attempt_id()
+            stamp = self.backend.now_sql or "?"
             made = tx.one(
                 "INSERT INTO rs_outcomes (key, job, params, state, fence, attempts,"
-                " current_attempt, created_at, updated_at) VALUES (?, ?, ?, ?, 1, 1, ?, ?, ?)"
-                " ON CONFLICT (key) DO NOTHING RETURNING *",
-                (key, job, dumps(dict(params)), _O.RUNNING.value, attempt_id, tx.now, tx.now),
+                f" current_attempt, created_at, updated_at) VALUES (?, ?, ?, ?, 1, 1, ?, {stamp},"
+                f" {stamp}) ON CONFLICT (key) DO NOTHING RETURNING *",
+                (key, job, dumps(dict(params)), _O.RUNNING.value, attempt_id,
+                 *(() if self.backend.now_sql else (tx.now, tx.now))),
             ) if max_attempts >= 1 else None  # (a budget of none blocks even a new one)
             if made:
                 planned = outcome_from_row({**made, "state": _O.PLANNED.value, "fence": 0,

@@ -104,7 +104,8 @@ _TRANSIENT_TEXT = (
 )
 
 
-_BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT extract(epoch FROM now()) AS now"
+_CLOCK = "SELECT extract(epoch FROM now()) AS now"
+_BEGIN = f"BEGIN ISOLATION LEVEL READ COMMITTED; {_CLOCK}"
 _PIPELINE = psycopg.Pipeline.is_supported()
 # the same, for a commit that need not wait for the server's WAL flush (Backend.transaction)
 _BEGIN_LAZY = ("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit TO OFF;"
@@ -144,18 +145,37 @@ _CONFIG_TEXT = re.compile(
 
 
 class _PgTx(Tx):
-    """Statements on one pooled connection (inside BEGIN/COMMIT for a write)."""
+    """Statements on one pooled connection (inside BEGIN/COMMIT for a write).
 
-    def __init__(self, conn: psycopg.Connection[DictRow], now: float | None = None) -> None:
+    A write transaction's BEGIN and its clock wait in a pipeline (``opening``)
+    and go out with the transaction's first statement: one round trip for both.
+    """
+
+    def __init__(self, conn: psycopg.Connection[DictRow], now: float | None = None,
+                 opening: tuple[contextlib.ExitStack, psycopg.Cursor[DictRow]] | None = None,
+                 ) -> None:
         self.conn = conn
         self._now = now
+        self._opening = opening
         #: the pipeline final_writes left open for the COMMIT
         self.held: contextlib.ExitStack | None = None
+
+    def _open(self) -> None:
+        """Send the waiting BEGIN (and what was queued after it); keep its clock."""
+        if self._opening is None:
+            return
+        stack, clock = self._opening
+        self._opening = None
+        stack.close()  # one round trip: BEGIN, the clock and the first statement
+        row = clock.fetchone()
+        assert row is not None
+        self._now = float(row["now"])
 
     @property
     def now(self) -> float:
         # Write transactions read the clock with their BEGIN. Reads fetch it
         # only if asked (most never do): now() is the statement's start there.
+        self._open()
         if self._now is None:
             row = self.conn.execute("SELECT extract(epoch FROM now()) AS now").fetchone()
             assert row is not None
@@ -168,10 +188,13 @@ class _PgTx(Tx):
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         cur = self.conn.execute(_driver_sql(sql), tuple(params))
+        self._open()
         return [dict(r) for r in cur.fetchall()] if cur.description else []
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self.conn.execute(_driver_sql(sql), tuple(params)).rowcount
+        cur = self.conn.execute(_driver_sql(sql), tuple(params))
+        self._open()
+        return cur.rowcount
 
     def final_writes(self) -> AbstractContextManager[object]:
         # libpq's pipeline mode: the statements go out together, and the pipeline
@@ -180,6 +203,7 @@ class _PgTx(Tx):
 
     @contextmanager
     def _held_pipeline(self) -> Iterator[None]:
+        self._open()
         stack = contextlib.ExitStack()
         stack.enter_context(self.conn.pipeline())
         try:
@@ -191,14 +215,19 @@ class _PgTx(Tx):
         self.held = stack
 
     def release(self) -> None:
-        """Leave a held pipeline after a failure (the failure is reported, not this)."""
+        """Leave a held or opening pipeline after a failure (the failure is
+        reported, not this)."""
         held, self.held = self.held, None
-        if held is not None:
-            with contextlib.suppress(psycopg.Error):
-                held.close()
+        opening, self._opening = self._opening, None
+        for stack in (held, opening[0] if opening else None):
+            if stack is not None:
+                with contextlib.suppress(psycopg.Error):
+                    stack.close()
 
     def commit(self) -> str | None:
         """COMMIT, with the held writes if any (one round trip); the server's answer."""
+        if self._opening is not None:  # nothing ran: BEGIN and COMMIT go out together
+            self.held, self._opening = self._opening[0], None
         held, self.held = self.held, None
         if held is None:
             return self.conn.execute("COMMIT").statusmessage
@@ -350,14 +379,9 @@ class PostgresBackend(Backend):
                     raise self._translate(exc, in_commit=False) from None
                 return
             try:
-                # One round trip opens the transaction and reads the server's
-                # clock: leases are judged by the database, never the worker.
-                cur = conn.execute(_BEGIN if durable else _BEGIN_LAZY)
-                while cur.nextset():  # the clock is the last result
-                    pass
-                row = cur.fetchone()
-                assert row is not None
-                tx = _PgTx(conn, float(row["now"]))
+                # The transaction opens with the server's clock (leases are judged
+                # by the database, never the worker), sent with its first statement.
+                tx = self._begin(conn, durable)
             except psycopg.Error as exc:
                 _rollback_quietly(conn)
                 raise self._translate(exc, in_commit=False) from None
@@ -378,6 +402,28 @@ class PostgresBackend(Backend):
             if done != "COMMIT":  # the server answers ROLLBACK for an aborted transaction
                 raise LedgerError(f"ledger {self._shown}: the transaction was rolled back "
                                   "by the server; nothing was recorded")
+
+    @staticmethod
+    def _begin(conn: psycopg.Connection[DictRow], durable: bool) -> _PgTx:
+        if not _PIPELINE:
+            cur = conn.execute(_BEGIN if durable else _BEGIN_LAZY)
+            while cur.nextset():  # the clock is the last result
+                pass
+            row = cur.fetchone()
+            assert row is not None
+            return _PgTx(conn, float(row["now"]))
+        stack = contextlib.ExitStack()
+        stack.enter_context(conn.pipeline())
+        try:
+            conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+            if not durable:
+                conn.execute("SET LOCAL synchronous_commit TO OFF")
+            clock = conn.execute(_CLOCK)
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):
+                stack.close()
+            raise
+        return _PgTx(conn, opening=(stack, clock))
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Autocommit: a step move is one statement, committed on its own in one
