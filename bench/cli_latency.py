@@ -6,12 +6,16 @@ bytecode, as an installed package has):
 * ``retrysafe run bench -p run=done -- true`` on an outcome that is already
   done (a re-run of a cron line);
 * ``retrysafe status bench:done`` and ``retrysafe history bench:done``;
+* the same two on ``bench:agent``, an outcome an agent drove: claimed by
+  ``retrysafe begin``, finished by ``retrysafe close`` (the ledger named by
+  ``RETRYSAFE_HOME`` alone, as everywhere here);
 * ``retrysafe run bench -p run=N -- true`` on a new outcome each time (claim,
   the command, close-out).
 
-Targets (issue "performance"): the first three under 4x ``python -c pass``,
-a new outcome under 6x. With ``--full`` the first three are also timed through
-the full command line (``retrysafe.cli.main``, no fast path), in the same rounds.
+Targets (issue "performance"): run on a done outcome, status and history (both
+outcomes) under 4x ``python -c pass``, a new outcome under 6x. With ``--full``
+run (done), status and history are also timed through the full command line
+(``retrysafe.cli.main``, no fast path), in the same rounds.
 
     python bench/cli_latency.py [--runs 20] [--full]
 """
@@ -27,11 +31,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _util import log, machine, median, paired_ratio, verdict, write_json  # noqa: E402
-from skip_latency import CONFIG, child_env, retrysafe_cmd, timed  # noqa: E402
+from skip_latency import CONFIG, agent_attempt, child_env, retrysafe_cmd, timed  # noqa: E402
 
-TARGETS = {"run_done": 4.0, "status": 4.0, "history": 4.0, "run_new": 6.0}
+TARGETS = {"run_done": 4.0, "status": 4.0, "history": 4.0, "status_begin": 4.0,
+           "history_begin": 4.0, "run_new": 6.0}
 LABELS = {"run_done": "`retrysafe run JOB -- true`, outcome done",
           "status": "`retrysafe status KEY`", "history": "`retrysafe history KEY`",
+          "status_begin": "`retrysafe status KEY`, outcome begun by `retrysafe begin`",
+          "history_begin": "`retrysafe history KEY`, outcome begun by `retrysafe begin`",
           "run_new": "`retrysafe run JOB -- true`, new outcome"}
 
 
@@ -52,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         del env["RETRYSAFE_ATTEMPT_ID"]
         rs = retrysafe_cmd()
         timed([*rs, "run", "bench", "-p", "run=done", "--", "true"], env)
+        agent = agent_attempt(home, work / "pycache")  # bench:agent, begun as an agent does
+        timed([*rs, "close", "bench:agent", "--attempt", agent], env)
         counter = iter(range(1_000_000))
 
         def new_outcome() -> list[str]:
@@ -61,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             "run_done": lambda: [*rs, "run", "bench", "-p", "run=done", "--", "true"],
             "status": lambda: [*rs, "status", "bench:done"],
             "history": lambda: [*rs, "history", "bench:done"],
+            "status_begin": lambda: [*rs, "status", "bench:agent"],
+            "history_begin": lambda: [*rs, "history", "bench:agent"],
             "run_new": new_outcome,
             "bare": lambda: [sys.executable, "-c", "pass"],
         }
@@ -93,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         result["commands"][name] = {"label": LABELS[name], "ms": ms, "ratio": ratio,
                                     "target": target, "meets_target": ratio < target,
                                     "all_ms": [t * 1000 for t in times[name]]}
-        print(f"  {name:<9} {ms:7.1f} ms  {ratio:5.1f}x  ({verdict(ratio, target, False)} "
+        print(f"  {name:<13} {ms:7.1f} ms  {ratio:5.1f}x  ({verdict(ratio, target, False)} "
               f"< {target:g}x)")
     for name in [n for n in times if n.endswith("_full")]:
         ratio = paired_ratio(times[name], times["bare"])
