@@ -10,6 +10,7 @@ import pytest
 from retrysafe.keys import step_key
 from retrysafe.ledger import Holder, open_ledger
 from retrysafe.ledger.backend import Backend
+from retrysafe.ledger.listing import Listing
 from retrysafe.ledger.migrations import MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION, render, statements
 from retrysafe.ledger.sqlite import SqliteBackend
 
@@ -174,3 +175,39 @@ def test_a_version_4_ledger_gets_unambiguous_step_keys(ledger_url: str) -> None:
         # the collision of the old rendering is gone: both steps exist, each its own
         assert led.step("rep:eng/send/mail") is None
         assert led.step("rep:eng/send//mail") is not None
+
+
+def test_a_version_8_ledger_keeps_working_through_schemas_9_and_10(ledger_url: str) -> None:
+    """Schema 9 drops an index another one serves, schema 10 indexes the drill trials
+    apart: an attempt begun before the upgrade (a 32-digit id) records and finishes
+    after it, lookups by outcome still work, and the metrics leave the trials out."""
+    backend = _backend(ledger_url)
+    _schema_at(backend, 8)
+    backend = _backend(ledger_url)
+    old_id = "0123456789abcdef0123456789abcdef"
+    try:
+        with backend.transaction() as tx:
+            for key, state, current in (("rep:old", "running", old_id),
+                                        ("rep:t~trial-1", "done", None),
+                                        ("rep:done", "done", None)):
+                tx.run("INSERT INTO rs_outcomes (key, job, params, state, fence, attempts,"
+                       " current_attempt, created_at, updated_at)"
+                       " VALUES (?, 'rep', '{}', ?, 1, 1, ?, 0, 0)", (key, state, current))
+            tx.run("INSERT INTO rs_attempts (id, outcome_key, number, fence, state, holder_host,"
+                   " lease_expires, started_at) VALUES (?, 'rep:old', 1, 1, 'active', 'h',"
+                   " 1e12, 0)", (old_id,))
+    finally:
+        backend.close()
+    with open_ledger(ledger_url) as led:
+        assert led.schema_version() == SCHEMA_VERSION
+        attempt = led.attempt(old_id)
+        assert attempt is not None
+        led.move_step(attempt, "rep:old/send", "running", name="send", expect=[None])
+        led.move_step(attempt, "rep:old/send", "done", name="send", expect=["running"],
+                      evidence="id-1", outcome_state="delivered")
+        assert [s.name for s in led.steps("rep:old")] == ["send"]
+        out = led.finish(attempt, "done", accepted=True)
+        assert out.state == "done" and out.accepted_attempt == old_id
+        assert led.outcome_and_steps("rep:old")[1][0].evidence == "id-1"
+        assert Listing(led.backend).totals().outcomes == {("rep", "done"): 2}
+        assert Listing(led.backend).totals(drills=True).outcomes == {("rep", "done"): 3}

@@ -275,11 +275,16 @@ def test_final_writes_go_with_the_commit_and_fail_with_it(pg_db: str) -> None:
 
 
 
+@pytest.mark.parametrize("pipeline", [True, False], ids=["pipeline", "no-pipeline"])
 def test_a_transaction_opens_with_its_first_statement_and_keeps_the_servers_clock(
-        pg_db: str) -> None:
+        pg_db: str, pipeline: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """A write transaction's BEGIN goes out with its first statement: the clock it
     reads is the transaction's own (the same now() a statement in it writes), an
-    empty transaction still commits, and a failing first statement rolls it back."""
+    empty transaction still commits, and a failing first statement rolls it back.
+    The same holds where libpq has no pipeline mode (BEGIN and COMMIT go alone)."""
+    import retrysafe.ledger.postgres as pg
+
+    monkeypatch.setattr(pg, "_PIPELINE", pipeline)
     backend = PostgresBackend(pg_db)
     try:
         with backend.transaction() as tx:
