@@ -33,6 +33,11 @@ class Tx(ABC):
         found = self.rows(sql, params)
         return found[0] if found else None
 
+    def records(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Any]:
+        """:meth:`rows` as the driver gives them, read by column name and not copied
+        into dicts (a hot read that builds records from them at once)."""
+        return self.rows(sql, params)
+
     def final_writes(self) -> AbstractContextManager[object]:
         """The writes that end the transaction, whose results nobody reads: a
         client-server backend sends them with the COMMIT, in one round trip, and

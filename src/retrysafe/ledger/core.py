@@ -693,12 +693,12 @@ class LedgerCore:
         """The outcome and its steps, in one statement (a re-run of a done outcome
         answers every step from this one read)."""
         with self.backend.transaction(write=False) as tx:
-            rows = tx.rows(_OUTCOME_AND_STEPS, (key,))
-        if not rows:
-            return None, []
-        steps = [step_from_row({c: r[f"s_{c}"] for c in STEP_COLUMNS})
-                 for r in rows if r["s_step_key"] is not None]
-        return outcome_from_row(rows[0]), steps
+            rows = tx.records(_OUTCOME_AND_STEPS, (key,))
+            if not rows:
+                return None, []
+            steps = [step_from_row({c: r[f"s_{c}"] for c in STEP_COLUMNS})
+                     for r in rows if r["s_step_key"] is not None]
+            return outcome_from_row(rows[0]), steps
 
     def require_outcome(self, key: str) -> OutcomeRecord:
         out = self.outcome(key)

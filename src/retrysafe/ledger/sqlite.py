@@ -42,6 +42,9 @@ class _SqliteTx(Tx):
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         return self.conn.execute(sql, tuple(params)).rowcount
 
+    def records(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        return self.conn.execute(sql, tuple(params)).fetchall()
+
 
 
 class _Transaction:
