@@ -686,8 +686,8 @@ class LedgerCore:
 
     def outcome(self, key: str) -> OutcomeRecord | None:
         with self.backend.transaction(write=False) as tx:
-            row = tx.one("SELECT * FROM rs_outcomes WHERE key = ?", (key,))
-            return outcome_from_row(row) if row else None
+            rows = tx.records("SELECT * FROM rs_outcomes WHERE key = ?", (key,))
+            return outcome_from_row(rows[0]) if rows else None
 
     def outcome_and_steps(self, key: str) -> tuple[OutcomeRecord | None, list[StepRecord]]:
         """The outcome and its steps, in one statement (a re-run of a done outcome
@@ -717,12 +717,12 @@ class LedgerCore:
 
     def step(self, step_key: str) -> StepRecord | None:
         with self.backend.transaction(write=False) as tx:
-            row = tx.one("SELECT * FROM rs_steps WHERE step_key = ?", (step_key,))
-            return step_from_row(row) if row else None
+            rows = tx.records("SELECT * FROM rs_steps WHERE step_key = ?", (step_key,))
+            return step_from_row(rows[0]) if rows else None
 
     def steps(self, key: str) -> list[StepRecord]:
         with self.backend.transaction(write=False) as tx:
-            rows = tx.rows(
+            rows = tx.records(
                 "SELECT * FROM rs_steps WHERE outcome_key = ? ORDER BY created_at, step_key", (key,)
             )
             return [step_from_row(r) for r in rows]
