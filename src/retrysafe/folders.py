@@ -32,6 +32,7 @@ never an outcome's folder.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Mapping
@@ -106,20 +107,35 @@ def close_journals() -> None:
 class AttemptFolder:
     def __init__(self, home: Path, job: str, key: str, number: int, *,
                  on_demand: bool = False) -> None:
-        self.outcome_dir = outcome_dir(home, job, key)
-        self.path = self.outcome_dir / f"attempt-{number}"
+        # the folder's paths are worked out when first needed: an attempt that only
+        # journals (on demand) never needs them
+        self._home = home
         self.key = key
         self.job = job
         self.number = number
-        self._log = JsonlAppender(self.path / "log.jsonl")
-        self._base = self.outcome_dir.parent.parent.parent  # the home, as given
-        self._parts = ("runs", self.outcome_dir.parent.name, self.outcome_dir.name, self.path.name)
+        self._base = (home / "runs").absolute().parent  # the home, as given
         self._checked = 0  # how many of _parts are known to be real folders
         #: lines written to the journal before the folder was made (on demand only)
         self._early: list[str] | None = [] if on_demand else None
         self._attempt_id = ""
         self._status: dict[str, Any] = {}  # what status.json says once it is made
         self._journal: JsonlAppender | None = None  # the file this attempt journals to
+
+    @functools.cached_property
+    def outcome_dir(self) -> Path:
+        return outcome_dir(self._home, self.job, self.key)
+
+    @functools.cached_property
+    def path(self) -> Path:
+        return self.outcome_dir / f"attempt-{self.number}"
+
+    @functools.cached_property
+    def _log(self) -> JsonlAppender:
+        return JsonlAppender(self.path / "log.jsonl")
+
+    @functools.cached_property
+    def _parts(self) -> tuple[str, ...]:
+        return ("runs", self.outcome_dir.parent.name, self.outcome_dir.name, self.path.name)
 
     def create(self) -> None:
         """Make the attempt folder (and those above it, ``0700``), refusing links."""
@@ -221,7 +237,8 @@ class AttemptFolder:
 
     def close(self) -> None:
         """Close the log (the next :meth:`log` opens it again)."""
-        self._log.close()
+        if "_log" in self.__dict__:  # (never opened: nothing to close)
+            self._log.close()
 
     def write_summary(self, state: str, accepted: str | None, reason: str,
                       steps: Mapping[str, Any]) -> None:
