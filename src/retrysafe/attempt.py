@@ -22,7 +22,6 @@ from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
 from . import closeout, envvars, heartbeat
-from .connectors.base import Ambiguous, ConnectorBase, EffectFailed, Found, LookupResult
 from .crash import injector
 from .effects import EffectClass, OnUnknown, parse_class, policy_for
 from .errors import (
@@ -46,6 +45,7 @@ from .states import PROGRESS_MARKS, Action, BlockCause, OutcomeState, StepState
 
 if TYPE_CHECKING:
     from .config import Job, Settings
+    from .connectors.base import ConnectorBase, LookupResult
 
 __all__ = ["Decision", "Run"]
 
@@ -56,7 +56,7 @@ _RUNNING_V, _DONE_V = _S.RUNNING.value, _S.DONE.value
 _FROM_RUNNING = (_RUNNING_V,)
 _RANK: dict[str, int] = {mark: rank for rank, mark in enumerate(PROGRESS_MARKS)}
 Execute = Callable[[str], str]
-Lookup = Callable[[str], LookupResult]
+Lookup = Callable[[str], "LookupResult"]
 Verify = Callable[[str, str], bool]
 
 
@@ -529,6 +529,8 @@ class Run:
                 name, item, step,
                 f"{name} may have happened ({step.reason if step else 'unknown'}) and there is no "
                 f"lookup to tell: check the external system for {skey}", BlockCause.NO_LOOKUP)
+        from .connectors.base import Ambiguous, Found  # (a command's run never looks up)
+
         try:
             result = lookup(skey)
         except Exception as exc:  # noqa: BLE001 - the system could not be asked
@@ -557,6 +559,8 @@ class Run:
     def _perform(self, skey: str, name: str, item: str | None, execute: Execute) -> str:
         """Steps 6-7 of the effect algorithm, after a durable intent: execute, then
         record the evidence, or what is known of the failure."""
+        from .connectors.base import EffectFailed  # (not imported by a command's run)
+
         try:
             evidence = execute(skey)
         except EffectFailed as exc:
@@ -736,6 +740,8 @@ class Run:
     def _produce(self, skey: str, name: str, item: str | None, produce: Callable[[Path], object],
                  out: Path) -> Path:
         """Run the generator after its intent; note the artifact's checksum at once."""
+        from .connectors.base import EffectFailed
+
         try:
             produce(out)
             if not out.is_file():

@@ -50,6 +50,8 @@ def child_env(url: str) -> dict[str, str]:
     """The ledger's variables for a command run under an attempt: ``RETRYSAFE_LEDGER``
     without the password, and ``PGPASSWORD`` (which libpq reads) when the URL
     carried one. A URL without a password is handed on as it is."""
+    if url.startswith("sqlite:///"):  # a file path: no user, no password
+        return {envvars.LEDGER: url}
     from .conninfo import split_password
 
     bare, password = split_password(url)
