@@ -8,8 +8,11 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from retrysafe import heartbeat
 from retrysafe.engine import Engine
+from retrysafe.errors import StaleAttempt
 
 CONFIG = '[jobs.j]\nkey = "j:{n}"\nparams = { n = "slug" }\nlease_seconds = 2\n'
 
@@ -105,3 +108,50 @@ def test_a_forked_child_gets_its_own_heartbeat(tmp_path: Path) -> None:
         assert proc.exitcode == 0
     finally:
         heartbeat.remove(keep)
+
+
+def test_on_lost_is_told_once_even_when_it_raises(tmp_path: Path) -> None:
+    (tmp_path / "retrysafe.toml").write_text(CONFIG, "utf-8")
+    with Engine.open(tmp_path) as engine:
+        run = engine.begin("j", {"n": "y"}).run
+        assert run is not None
+        told: list[int] = []
+
+        def on_lost() -> None:
+            told.append(1)
+            raise RuntimeError("the caller's handler failed")
+
+        run.on_lost = on_lost
+        engine.ledger.break_lease("j:y", actor="ops")
+        run.start_heartbeat(interval=0.05)
+        assert run.lost.wait(5)
+        time.sleep(0.3)
+        assert told == [1]
+        run.stop_heartbeat()
+
+
+def test_a_renewal_that_outlives_its_stop_tells_nobody(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """stop_heartbeat gives up waiting for a hung renewal after STOP_WAIT; when that
+    renewal then finds the lease lost, the stopped run is not told (its process may
+    be gone, its pid reused)."""
+    monkeypatch.setattr(heartbeat, "STOP_WAIT", 0.05)
+    (tmp_path / "retrysafe.toml").write_text(CONFIG, "utf-8")
+    with Engine.open(tmp_path) as engine:
+        run = engine.begin("j", {"n": "z"}).run
+        assert run is not None
+        entered = threading.Event()
+
+        def slow_stale(*_a: object) -> float:
+            entered.set()
+            time.sleep(0.3)
+            raise StaleAttempt("taken over")
+
+        monkeypatch.setattr(run.ledger, "renew", slow_stale)
+        told: list[int] = []
+        run.on_lost = lambda: told.append(1)
+        run.start_heartbeat(interval=0.05)
+        assert entered.wait(5)
+        run.stop_heartbeat()
+        time.sleep(0.5)
+        assert told == [] and not run.lost.is_set()

@@ -190,15 +190,18 @@ class Run:
             try:
                 self.ledger.renew(attempt, self.job.lease_seconds)
             except StaleAttempt:
+                if self._beat is not beat:
+                    return False  # stopped while this renewal was slow: nobody to tell
                 self.lost.set()
                 if self.on_lost:
-                    self.on_lost()
+                    with contextlib.suppress(Exception):  # told once, whatever it does
+                        self.on_lost()
                 return False
             return True
 
         self.stop_heartbeat()
-        self._beat = heartbeat.Beat(every, renew)
-        heartbeat.add(self._beat)
+        beat = self._beat = heartbeat.Beat(every, renew)
+        heartbeat.add(beat)
 
     def stop_heartbeat(self) -> None:
         """Stop renewing the lease; no renewal is running once this returns."""
