@@ -124,10 +124,8 @@ def test_connection_lost_mid_transaction_rolls_back(
         pg_db: str, final: bool, caplog: pytest.LogCaptureFixture) -> None:
     """A session killed inside a transaction: LedgerUnavailable, nothing half-written,
     and the next transaction gets a fresh connection. So too when the last write is
-    one of the final writes that travel with the COMMIT: the error says nothing was
-    recorded when the loss shows before the COMMIT is queued, else that the change may
-    or may not have been (the COMMIT was on its way); psycopg's own complaint about its
-    broken pipeline is not logged over it."""
+    one of the final writes sent together in a pipeline; psycopg's own complaint
+    about its broken pipeline is not logged over the error."""
     backend = PostgresBackend(pg_db)
     try:
         with backend.transaction() as tx:
@@ -241,7 +239,7 @@ def test_32_concurrent_claims_of_a_new_outcome_start_exactly_one_attempt(pg_db: 
 
 
 def test_final_writes_go_with_the_commit_and_fail_with_it(pg_db: str) -> None:
-    """The writes that end a transaction travel with its COMMIT. They land with it;
+    """The writes that end a transaction go out together. They land with its COMMIT;
     one the server refuses undoes the whole transaction and is reported as a plain
     failure (not 'may or may not'); the pooled connection works afterwards."""
     backend = PostgresBackend(pg_db)
@@ -278,10 +276,10 @@ def test_final_writes_go_with_the_commit_and_fail_with_it(pg_db: str) -> None:
 @pytest.mark.parametrize("pipeline", [True, False], ids=["pipeline", "no-pipeline"])
 def test_a_transaction_opens_with_its_first_statement_and_keeps_the_servers_clock(
         pg_db: str, pipeline: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A write transaction's BEGIN goes out with its first statement: the clock it
-    reads is the transaction's own (the same now() a statement in it writes), an
-    empty transaction still commits, and a failing first statement rolls it back.
-    The same holds where libpq has no pipeline mode (BEGIN and COMMIT go alone)."""
+    """A write transaction reads the server's clock as it opens: the clock is the
+    transaction's own (the same now() a statement in it writes), an empty
+    transaction still commits, and a failing first statement rolls it back; with
+    libpq's pipeline mode and without."""
     import retrysafe.ledger.postgres as pg
 
     monkeypatch.setattr(pg, "_PIPELINE", pipeline)

@@ -107,7 +107,7 @@ def test_workers_survive_a_database_restart_and_a_crash(own_server: ThrowawaySer
                 if not running and not chaos.is_alive():
                     break
                 time.sleep(0.1)
-            assert not running, (f"workers did not finish in time: outages {outages}, "
+            assert not running, (f"workers did not finish in time: outages {outages}, errors {one_line_errors[-3:]}, "
                                  f"exits {exits}, ledger {ledger_states(url)}")
         finally:
             for proc in running.values():

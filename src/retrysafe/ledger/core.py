@@ -312,7 +312,7 @@ class LedgerCore:
             if made:
                 planned = outcome_from_row({**made, "state": _O.PLANNED.value, "fence": 0,
                                             "attempts": 0, "current_attempt": None})
-                with tx.final_writes():  # written, not read: sent with the COMMIT
+                with tx.final_writes():  # written, not read: one round trip on a server
                     attempt, claimed = self._start_attempt(tx, planned, holder, lease_seconds,
                                                            context, attempt_id=attempt_id,
                                                            written=True)
@@ -348,7 +348,7 @@ class LedgerCore:
             if used >= max_attempts:
                 out = self._exhaust(tx, out, used, max_attempts)
                 return Claim(ClaimStatus.BLOCKED, out, reason=out.reason, superseded=superseded)
-            with tx.final_writes():  # written, not read: sent with the COMMIT
+            with tx.final_writes():  # written, not read: one round trip on a server
                 attempt, out = self._start_attempt(tx, out, holder, lease_seconds, context)
             return Claim(ClaimStatus.STARTED, out, attempt=attempt, superseded=superseded)
 
@@ -510,7 +510,7 @@ class LedgerCore:
             extra: dict[str, Any] = {"current_attempt": None}
             if accepted:
                 extra["accepted_attempt"] = attempt.id
-            with tx.final_writes():  # written, not read: sent with the COMMIT
+            with tx.final_writes():  # written, not read: one round trip on a server
                 # a step still running when its attempt ends can only be unknown now
                 for row in running:
                     why = f"attempt {attempt.number} finished while this step was running"

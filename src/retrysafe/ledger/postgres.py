@@ -104,8 +104,7 @@ _TRANSIENT_TEXT = (
 )
 
 
-_CLOCK = "SELECT extract(epoch FROM now()) AS now"
-_BEGIN = f"BEGIN ISOLATION LEVEL READ COMMITTED; {_CLOCK}"
+_BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT extract(epoch FROM now()) AS now"
 _PIPELINE = psycopg.Pipeline.is_supported()
 # the same, for a commit that need not wait for the server's WAL flush (Backend.transaction)
 _BEGIN_LAZY = ("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit TO OFF;"
@@ -145,37 +144,16 @@ _CONFIG_TEXT = re.compile(
 
 
 class _PgTx(Tx):
-    """Statements on one pooled connection (inside BEGIN/COMMIT for a write).
+    """Statements on one pooled connection (inside BEGIN/COMMIT for a write)."""
 
-    A write transaction's BEGIN and its clock wait in a pipeline (``opening``)
-    and go out with the transaction's first statement: one round trip for both.
-    """
-
-    def __init__(self, conn: psycopg.Connection[DictRow], now: float | None = None,
-                 opening: tuple[contextlib.ExitStack, psycopg.Cursor[DictRow]] | None = None,
-                 ) -> None:
+    def __init__(self, conn: psycopg.Connection[DictRow], now: float | None = None) -> None:
         self.conn = conn
         self._now = now
-        self._opening = opening
-        #: the pipeline final_writes left open for the COMMIT
-        self.held: contextlib.ExitStack | None = None
-
-    def _open(self) -> None:
-        """Send the waiting BEGIN (and what was queued after it); keep its clock."""
-        if self._opening is None:
-            return
-        stack, clock = self._opening
-        self._opening = None
-        stack.close()  # one round trip: BEGIN, the clock and the first statement
-        row = clock.fetchone()
-        assert row is not None
-        self._now = float(row["now"])
 
     @property
     def now(self) -> float:
         # Write transactions read the clock with their BEGIN. Reads fetch it
         # only if asked (most never do): now() is the statement's start there.
-        self._open()
         if self._now is None:
             row = self.conn.execute("SELECT extract(epoch FROM now()) AS now").fetchone()
             assert row is not None
@@ -188,57 +166,15 @@ class _PgTx(Tx):
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         cur = self.conn.execute(_driver_sql(sql), tuple(params))
-        self._open()
         return [dict(r) for r in cur.fetchall()] if cur.description else []
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        cur = self.conn.execute(_driver_sql(sql), tuple(params))
-        self._open()
-        return cur.rowcount
+        return self.conn.execute(_driver_sql(sql), tuple(params)).rowcount
 
     def final_writes(self) -> AbstractContextManager[object]:
-        # libpq's pipeline mode: the statements go out together, and the pipeline
-        # is held open so that the COMMIT joins them (PostgresBackend.transaction)
-        return self._held_pipeline() if _PIPELINE else contextlib.nullcontext()
-
-    @contextmanager
-    def _held_pipeline(self) -> Iterator[None]:
-        self._open()
-        stack = contextlib.ExitStack()
-        stack.enter_context(self.conn.pipeline())
-        try:
-            yield
-        except BaseException:
-            with contextlib.suppress(psycopg.Error):  # the failure in the block is the one told
-                stack.close()
-            raise
-        self.held = stack
-
-    def release(self) -> None:
-        """Leave a held or opening pipeline after a failure (the failure is
-        reported, not this)."""
-        held, self.held = self.held, None
-        opening, self._opening = self._opening, None
-        for stack in (held, opening[0] if opening else None):
-            if stack is not None:
-                with contextlib.suppress(psycopg.Error):
-                    stack.close()
-
-    def commit(self) -> str | None:
-        """COMMIT, with the held writes if any (one round trip); the server's answer."""
-        if self._opening is not None:  # nothing ran: BEGIN and COMMIT go out together
-            self.held, self._opening = self._opening[0], None
-        held, self.held = self.held, None
-        if held is None:
-            return self.conn.execute("COMMIT").statusmessage
-        try:
-            cur = self.conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(psycopg.Error):
-                held.close()
-            raise
-        held.close()  # the writes and the COMMIT go out, their results come back
-        return cur.statusmessage
+        # libpq's pipeline mode: the statements go out together, one round trip, and
+        # their results come back when the block ends; the COMMIT follows on its own
+        return self.conn.pipeline() if _PIPELINE else contextlib.nullcontext()
 
 
 
@@ -379,51 +315,32 @@ class PostgresBackend(Backend):
                     raise self._translate(exc, in_commit=False) from None
                 return
             try:
-                # The transaction opens with the server's clock (leases are judged
-                # by the database, never the worker), sent with its first statement.
-                tx = self._begin(conn, durable)
+                # One round trip opens the transaction and reads the server's
+                # clock: leases are judged by the database, never the worker.
+                cur = conn.execute(_BEGIN if durable else _BEGIN_LAZY)
+                while cur.nextset():  # the clock is the last result
+                    pass
+                row = cur.fetchone()
+                assert row is not None
+                tx = _PgTx(conn, float(row["now"]))
             except psycopg.Error as exc:
                 _rollback_quietly(conn)
                 raise self._translate(exc, in_commit=False) from None
             try:
                 yield tx
             except BaseException as exc:
-                tx.release()
                 _rollback_quietly(conn)
                 if isinstance(exc, psycopg.Error):
                     raise self._translate(exc, in_commit=False) from None
                 raise
             try:
-                done = tx.commit()
+                done = conn.execute("COMMIT").statusmessage
             except psycopg.Error as exc:
-                tx.release()
                 _rollback_quietly(conn)
                 raise self._translate(exc, in_commit=True) from None
             if done != "COMMIT":  # the server answers ROLLBACK for an aborted transaction
                 raise LedgerError(f"ledger {self._shown}: the transaction was rolled back "
                                   "by the server; nothing was recorded")
-
-    @staticmethod
-    def _begin(conn: psycopg.Connection[DictRow], durable: bool) -> _PgTx:
-        if not _PIPELINE:
-            cur = conn.execute(_BEGIN if durable else _BEGIN_LAZY)
-            while cur.nextset():  # the clock is the last result
-                pass
-            row = cur.fetchone()
-            assert row is not None
-            return _PgTx(conn, float(row["now"]))
-        stack = contextlib.ExitStack()
-        stack.enter_context(conn.pipeline())
-        try:
-            conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-            if not durable:
-                conn.execute("SET LOCAL synchronous_commit TO OFF")
-            clock = conn.execute(_CLOCK)
-        except BaseException:
-            with contextlib.suppress(psycopg.Error):
-                stack.close()
-            raise
-        return _PgTx(conn, opening=(stack, clock))
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Autocommit: a step move is one statement, committed on its own in one
