@@ -39,7 +39,8 @@ from example_targets import BIN, CONTENT, ContentTargets, example_env
 
 OCCURRENCE = "2026-11-30T0900"
 MAX_RERUNS = 12
-MAX_DELAY = 2.0  # a content-pipeline run takes about 1-2 s: most trials kill a live run
+MAX_DELAY = 2.0  # the longest wait before the harm, whatever a run takes
+MIN_DELAY = 0.2  # the shortest span the harm is drawn from
 BUSY_PATIENCE = 180.0
 KINDS = ("group", "pair", "run-only", "stop", "clock")
 
@@ -86,6 +87,20 @@ class Chaos:
         self.keys: list[str] = []
         self.kind_of: dict[str, str] = {}
         self.faketime = shutil.which("faketime")
+        self._span: float | None = None
+        self._calibrating = threading.Lock()
+
+    def span(self) -> float:
+        """How long after its start a run is harmed, at most: as long as one clean run
+        of this home takes here (measured once), so that the harm falls on a live run
+        anywhere in it, however fast or slow the machine; between MIN_DELAY and
+        MAX_DELAY."""
+        with self._calibrating:  # once, by the first trial; the others wait for it
+            if self._span is None:
+                started = time.monotonic()
+                self._popen(f"calibrate{self.token}").wait(timeout=300)
+                self._span = min(MAX_DELAY, max(MIN_DELAY, time.monotonic() - started))
+            return self._span
 
     def _popen(self, target: str, shift: str | None = None) -> subprocess.Popen[bytes]:
         argv = [str(BIN / "retrysafe"), "run", "content-pipeline", "-p",
@@ -120,8 +135,9 @@ class Chaos:
 
     def trial(self, i: int) -> None:
         target = f"c{self.token}-{i}"
+        span = self.span()
         with self.lock:
-            delay = self.random.uniform(0, MAX_DELAY)
+            delay = self.random.uniform(0, span)
             kind = self._kind(i)
             key = f"content-pipeline:{OCCURRENCE}:{target}"
             self.keys.append(key)
@@ -186,7 +202,7 @@ class Chaos:
             self.keys.append(key)
             self.kind_of[key] = "ledger-deleted"
             victim = self._popen(target)
-            time.sleep(self.random.uniform(0, MAX_DELAY))
+            time.sleep(self.random.uniform(0, self.span()))
             if victim.poll() is None:
                 os.killpg(victim.pid, signal.SIGKILL)
                 self._count(kills=1)
