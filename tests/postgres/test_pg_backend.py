@@ -236,7 +236,7 @@ def test_32_concurrent_claims_of_a_new_outcome_start_exactly_one_attempt(pg_db: 
         assert ledger.require_outcome("fresh:1").fence == 1
 
 
-def test_final_writes_go_with_the_commit_and_fail_with_it(pg_db: str) -> None:
+def test_final_writes_go_together_and_fail_whole(pg_db: str) -> None:
     """The writes that end a transaction go out together. They land with its COMMIT;
     one the server refuses undoes the whole transaction and is reported as a plain
     failure (not 'may or may not'); the pooled connection works afterwards."""
@@ -272,7 +272,7 @@ def test_final_writes_go_with_the_commit_and_fail_with_it(pg_db: str) -> None:
 
 
 @pytest.mark.parametrize("pipeline", [True, False], ids=["pipeline", "no-pipeline"])
-def test_a_transaction_opens_with_its_first_statement_and_keeps_the_servers_clock(
+def test_a_write_transaction_keeps_the_servers_clock(
         pg_db: str, pipeline: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """A write transaction reads the server's clock as it opens: the clock is the
     transaction's own (the same now() a statement in it writes), an empty

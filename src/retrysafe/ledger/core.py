@@ -107,7 +107,7 @@ _STEP_FIELDS = frozenset(
 )
 
 
-_EVENT_MARKS = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_EVENT_MARKS = "(" + ", ".join("?" * len(moves.EVENT_COLUMNS.split(","))) + ")"
 _OUTCOME_AND_STEPS = (
     "SELECT o.*, " + ", ".join(f"s.{c} AS s_{c}" for c in STEP_COLUMNS)
     + " FROM rs_outcomes o LEFT JOIN rs_steps s ON s.outcome_key = o.key WHERE o.key = ?"
@@ -298,30 +298,27 @@ class LedgerCore:
         with self.backend.transaction(durable=False) as tx:
             # A new outcome is inserted already claimed by attempt 1 (its history says
             # planned -> running, as for any claim); an existing one is read and locked.
-            # (a server's own clock in the SQL lets it open the transaction with this
-            # statement; it is the transaction's, the same tx.now reads)
-            attempt_id = new_attempt_id()
-            stamp = self.backend.now_sql or "?"
-            made = tx.one(
-                "INSERT INTO rs_outcomes (key, job, params, state, fence, attempts,"
-                f" current_attempt, created_at, updated_at) VALUES (?, ?, ?, ?, 1, 1, ?, {stamp},"
-                f" {stamp}) ON CONFLICT (key) DO NOTHING RETURNING *",
-                (key, job, dumps(dict(params)), _O.RUNNING.value, attempt_id,
-                 *(() if self.backend.now_sql else (tx.now, tx.now))),
-            ) if max_attempts >= 1 else None  # (a budget of none blocks even a new one)
-            if made:
-                planned = outcome_from_row({**made, "state": _O.PLANNED.value, "fence": 0,
-                                            "attempts": 0, "current_attempt": None})
-                with tx.final_writes():  # written, not read: one round trip on a server
-                    attempt, claimed = self._start_attempt(tx, planned, holder, lease_seconds,
-                                                           context, attempt_id=attempt_id,
-                                                           written=True)
-                return Claim(ClaimStatus.STARTED, claimed, attempt=attempt)
-            made = None if max_attempts >= 1 else tx.one(
-                "INSERT INTO rs_outcomes (key, job, params, state, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING RETURNING *",
-                (key, job, dumps(dict(params)), _O.PLANNED.value, tx.now, tx.now),
-            )
+            if max_attempts >= 1:
+                attempt_id = new_attempt_id()
+                made = tx.one(
+                    "INSERT INTO rs_outcomes (key, job, params, state, fence, attempts,"
+                    " current_attempt, created_at, updated_at) VALUES (?, ?, ?, ?, 1, 1, ?, ?, ?)"
+                    " ON CONFLICT (key) DO NOTHING RETURNING *",
+                    (key, job, dumps(dict(params)), _O.RUNNING.value, attempt_id, tx.now,
+                     tx.now))
+                if made:
+                    planned = outcome_from_row({**made, "state": _O.PLANNED.value, "fence": 0,
+                                                "attempts": 0, "current_attempt": None})
+                    with tx.final_writes():  # written, not read: one round trip on a server
+                        attempt, claimed = self._start_attempt(
+                            tx, planned, holder, lease_seconds, context, attempt_id=attempt_id,
+                            written=True)
+                    return Claim(ClaimStatus.STARTED, claimed, attempt=attempt)
+            else:  # a budget of none blocks even a new outcome: it is inserted planned
+                made = tx.one(
+                    "INSERT INTO rs_outcomes (key, job, params, state, created_at, updated_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING RETURNING *",
+                    (key, job, dumps(dict(params)), _O.PLANNED.value, tx.now, tx.now))
             out = outcome_from_row(made) if made else self._lock_outcome(tx, key)
             assert out is not None
             if out.job != job:
