@@ -15,6 +15,7 @@ it first needs one.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -43,6 +44,9 @@ class _Keeper:
         self.beats: set[Beat] = set()
         self.busy: Beat | None = None
         self.thread: threading.Thread | None = None
+        #: when the thread wakes next on its own (-inf: it is renewing and will look
+        #: again before it sleeps), so an add due later need not wake it
+        self.wakes = -math.inf
 
     def add(self, beat: Beat) -> None:
         with self.cond:
@@ -51,7 +55,10 @@ class _Keeper:
                 self.thread = threading.Thread(target=self._loop, name="retrysafe-heartbeat",
                                                daemon=True)
                 self.thread.start()
-            self.cond.notify()
+            if beat.due < self.wakes:
+                # waking a sleeping thread costs a context switch per attempt: only
+                # when this beat is due before the thread would look again
+                self.cond.notify()
 
     def remove(self, beat: Beat) -> None:
         deadline = time.monotonic() + STOP_WAIT
@@ -65,12 +72,16 @@ class _Keeper:
         with cond:
             while True:
                 if not self.beats:
+                    self.wakes = math.inf
                     cond.wait()
+                    self.wakes = -math.inf
                     continue
                 beat = min(self.beats, key=lambda b: b.due)
                 wait = beat.due - time.monotonic()
                 if wait > 0:
+                    self.wakes = beat.due
                     cond.wait(wait)
+                    self.wakes = -math.inf
                     continue
                 beat.due = time.monotonic() + beat.every
                 self.busy = beat

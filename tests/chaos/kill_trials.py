@@ -41,6 +41,7 @@ OCCURRENCE = "2026-11-30T0900"
 MAX_RERUNS = 12
 MAX_DELAY = 2.0  # the longest wait before the harm, whatever a run takes
 MIN_DELAY = 0.2  # the shortest span the harm is drawn from
+MISSED_KILL_RETRIES = 4  # a ledger-loss run that finished before its kill is harmed again, sooner
 BUSY_PATIENCE = 180.0
 KINDS = ("group", "pair", "run-only", "stop", "clock")
 
@@ -196,17 +197,24 @@ class Chaos:
         finish every outcome without repeating an effect."""
         started = time.monotonic()
         ledger = self.home / "ledger.sqlite3"
+        span = self.span()  # (measured before any victim starts, not while one runs)
         for i in range(trials):
-            target = f"l{self.token}-{i}"
-            key = f"content-pipeline:{OCCURRENCE}:{target}"
-            self.keys.append(key)
-            self.kind_of[key] = "ledger-deleted"
-            victim = self._popen(target)
-            time.sleep(self.random.uniform(0, self.span()))
-            if victim.poll() is None:
-                os.killpg(victim.pid, signal.SIGKILL)
-                self._count(kills=1)
-            victim.wait()
+            for retry in range(MISSED_KILL_RETRIES):
+                # a victim that finished before its kill is followed by another (a new
+                # outcome), harmed sooner: the deletion below must follow a kill
+                target = f"l{self.token}-{i}-{retry}"
+                key = f"content-pipeline:{OCCURRENCE}:{target}"
+                self.keys.append(key)
+                self.kind_of[key] = "ledger-deleted"
+                victim = self._popen(target)
+                time.sleep(self.random.uniform(0, span / (1 << retry)))
+                killed = victim.poll() is None
+                if killed:
+                    os.killpg(victim.pid, signal.SIGKILL)
+                    self._count(kills=1)
+                victim.wait()
+                if killed:
+                    break
             for suffix in ("", "-wal", "-shm"):
                 ledger.with_name(ledger.name + suffix).unlink(missing_ok=True)
             for _ in range(MAX_RERUNS):
