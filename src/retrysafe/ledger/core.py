@@ -41,6 +41,7 @@ from . import moves
 from .backend import Backend, Tx
 from .migrations import MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION, render, statements
 from .records import (
+    OUTCOME_COLUMNS,
     STEP_COLUMNS,
     AttemptRecord,
     Claim,
@@ -108,8 +109,12 @@ _STEP_FIELDS = frozenset(
 
 
 _EVENT_MARKS = "(" + ", ".join("?" * len(moves.EVENT_COLUMNS.split(","))) + ")"
+# the steps' columns under their own names (read once per step), the outcome's as o_*
+# (read once)
+_OUTCOME_ALIASES = tuple((c, f"o_{c}") for c in OUTCOME_COLUMNS)
 _OUTCOME_AND_STEPS = (
-    "SELECT o.*, " + ", ".join(f"s.{c} AS s_{c}" for c in STEP_COLUMNS)
+    "SELECT " + ", ".join(f"s.{c}" for c in STEP_COLUMNS) + ", "
+    + ", ".join(f"o.{c} AS {a}" for c, a in _OUTCOME_ALIASES)
     + " FROM rs_outcomes o LEFT JOIN rs_steps s ON s.outcome_key = o.key WHERE o.key = ?"
     " ORDER BY s.created_at, s.step_key")
 
@@ -693,9 +698,9 @@ class LedgerCore:
             rows = tx.records(_OUTCOME_AND_STEPS, (key,))
             if not rows:
                 return None, []
-            steps = [step_from_row({c: r[f"s_{c}"] for c in STEP_COLUMNS})
-                     for r in rows if r["s_step_key"] is not None]
-            return outcome_from_row(rows[0]), steps
+            first = rows[0]
+            steps = [step_from_row(r) for r in rows if r["step_key"] is not None]
+            return outcome_from_row({c: first[a] for c, a in _OUTCOME_ALIASES}), steps
 
     def require_outcome(self, key: str) -> OutcomeRecord:
         out = self.outcome(key)

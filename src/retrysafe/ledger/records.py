@@ -148,6 +148,12 @@ def loads_map(text: str | None) -> dict[str, str]:
 # --- rows to records (column names are the same on every backend) ---
 
 
+#: the rs_outcomes columns outcome_from_row reads
+OUTCOME_COLUMNS = ("key", "job", "params", "state", "reason", "cause", "fence", "attempts",
+                   "budget_base", "current_attempt", "accepted_attempt", "created_at",
+                   "updated_at")
+
+
 def outcome_from_row(row: Mapping[str, Any]) -> OutcomeRecord:
     return OutcomeRecord(
         key=row["key"],
