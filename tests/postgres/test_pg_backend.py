@@ -9,6 +9,7 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -124,7 +125,7 @@ def test_connection_lost_mid_transaction_rolls_back(
         pg_db: str, final: bool) -> None:
     """A session killed inside a transaction: LedgerUnavailable, nothing half-written,
     and the next transaction gets a fresh connection. So too when the last write is
-    one of the final writes sent together in a pipeline."""
+    one of the final writes sent together with the COMMIT."""
     backend = PostgresBackend(pg_db)
     try:
         with backend.transaction() as tx:
@@ -271,16 +272,11 @@ def test_final_writes_go_together_and_fail_whole(pg_db: str) -> None:
 
 
 
-@pytest.mark.parametrize("pipeline", [True, False], ids=["pipeline", "no-pipeline"])
-def test_a_write_transaction_keeps_the_servers_clock(
-        pg_db: str, pipeline: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A write transaction reads the server's clock as it opens: the clock is the
-    transaction's own (the same now() a statement in it writes), an empty
-    transaction still commits, and a failing first statement rolls it back; with
-    libpq's pipeline mode and without."""
-    import retrysafe.ledger.postgres as pg
-
-    monkeypatch.setattr(pg, "_PIPELINE", pipeline)
+def test_a_write_transaction_keeps_the_servers_clock(pg_db: str) -> None:
+    """A write transaction reads the server's clock with its BEGIN, sent with its first
+    statement: the clock is the transaction's own (the same now() a statement in it
+    writes), an empty transaction commits nothing, and a failing first statement
+    rolls it back."""
     backend = PostgresBackend(pg_db)
     try:
         with backend.transaction() as tx:
@@ -293,9 +289,49 @@ def test_a_write_transaction_keeps_the_servers_clock(
             assert tx.rows("SELECT current_setting('synchronous_commit') AS s")[0]["s"] == "off"
         with backend.transaction(write=False) as tx:
             assert tx.rows("SELECT at FROM probe") == [{"at": now}]
+        with backend.transaction() as tx:
+            early = tx.now  # asked for before any statement: the BEGIN goes alone
+            tx.run("INSERT INTO probe (v, at) VALUES ('z', extract(epoch FROM now()))")
+        with backend.transaction(write=False) as tx:
+            assert tx.rows("SELECT at FROM probe WHERE v = 'z'") == [{"at": early}]
+            tx.run("DELETE FROM probe WHERE v = 'z'")
         with pytest.raises(LedgerError), backend.transaction() as tx:
             tx.run("INSERT INTO no_such_table (v) VALUES ('y')")
         with backend.transaction() as tx:
             assert tx.rows("SELECT v FROM probe") == [{"v": "x"}]
+    finally:
+        backend.close()
+
+
+def test_a_write_transaction_is_two_round_trips(pg_db: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """BEGIN goes with the first statement and the final writes with the COMMIT: a read
+    then writes is two messages to the server, with quoting done by psycopg (a value
+    that looks like SQL stays a value)."""
+    backend = PostgresBackend(pg_db)
+    try:
+        with backend.transaction() as tx:
+            tx.run("CREATE TABLE probe (v TEXT PRIMARY KEY, n BIGINT, at DOUBLE PRECISION)")
+        sent: list[str] = []
+        real = psycopg.Connection.execute
+
+        def counted(self: psycopg.Connection[Any], query: Any, *args: Any, **kw: Any) -> Any:
+            if str(query):  # (not the pool's empty ping of a connection idle a while)
+                sent.append(str(query))
+            return real(self, query, *args, **kw)
+
+        monkeypatch.setattr(psycopg.Connection, "execute", counted)
+        odd = "it's; DROP TABLE probe; -- \u00e9 %s ? $1"
+        with backend.transaction() as tx:
+            assert tx.rows("SELECT count(*) AS n FROM probe") == [{"n": 0}]
+            with tx.final_writes():
+                tx.run("INSERT INTO probe (v, n, at) VALUES (?, ?, ?)", (odd, 2**40, tx.now))
+                tx.run("INSERT INTO probe (v, n, at) VALUES (?, ?, ?)", ("b", None, 1.5))
+        assert len(sent) == 2, sent
+        assert sent[0].startswith("BEGIN") and sent[1].rstrip().endswith("COMMIT")
+        monkeypatch.setattr(psycopg.Connection, "execute", real)
+        with backend.transaction(write=False) as tx:
+            assert tx.rows("SELECT v, n FROM probe ORDER BY v") == [
+                {"v": "b", "n": None}, {"v": odd, "n": 2**40}]
     finally:
         backend.close()

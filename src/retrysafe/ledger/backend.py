@@ -40,10 +40,10 @@ class Tx(ABC):
 
     def final_writes(self) -> AbstractContextManager[object]:
         """The writes that end the transaction, whose results nobody reads: a
-        client-server backend sends them together (one round trip) and reports any
-        error of theirs when the block ends (:meth:`run` returns no row count
-        there). Nothing may run in the transaction after the block but its COMMIT.
-        In-process backends run them one by one, as without it."""
+        client-server backend sends them with the COMMIT (one round trip) and reports
+        any error of theirs then (:meth:`run` returns no row count there). Nothing may
+        run in the transaction after the block but its COMMIT. In-process backends
+        run them one by one, as without it."""
         return contextlib.nullcontext()
 
 

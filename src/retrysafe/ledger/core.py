@@ -305,12 +305,16 @@ class LedgerCore:
             # planned -> running, as for any claim); an existing one is read and locked.
             if max_attempts >= 1:
                 attempt_id = new_attempt_id()
+                # the clock as SQL where the database has one: this statement needs no
+                # value of tx.now, so a server's BEGIN goes out with it (one round trip)
+                now_sql = self.backend.now_sql
                 made = tx.one(
                     "INSERT INTO rs_outcomes (key, job, params, state, fence, attempts,"
-                    " current_attempt, created_at, updated_at) VALUES (?, ?, ?, ?, 1, 1, ?, ?, ?)"
-                    " ON CONFLICT (key) DO NOTHING RETURNING *",
-                    (key, job, dumps(dict(params)), _O.RUNNING.value, attempt_id, tx.now,
-                     tx.now))
+                    " current_attempt, created_at, updated_at) VALUES (?, ?, ?, ?, 1, 1, ?,"
+                    f" {now_sql or '?'}, {now_sql or '?'}) ON CONFLICT (key) DO NOTHING"
+                    " RETURNING *",
+                    (key, job, dumps(dict(params)), _O.RUNNING.value, attempt_id,
+                     *(() if now_sql else (tx.now, tx.now))))
                 if made:
                     planned = outcome_from_row({**made, "state": _O.PLANNED.value, "fence": 0,
                                                 "attempts": 0, "current_attempt": None})

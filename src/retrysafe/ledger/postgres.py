@@ -41,7 +41,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -105,7 +105,6 @@ _TRANSIENT_TEXT = (
 
 
 _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT extract(epoch FROM now()) AS now"
-_PIPELINE = psycopg.Pipeline.is_supported()
 # the same, for a commit that need not wait for the server's WAL flush (Backend.transaction)
 _BEGIN_LAZY = ("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit TO OFF;"
                " SELECT extract(epoch FROM now()) AS now")
@@ -144,38 +143,106 @@ _CONFIG_TEXT = re.compile(
 
 
 class _PgTx(Tx):
-    """Statements on one pooled connection (inside BEGIN/COMMIT for a write)."""
+    """Statements on one pooled connection (inside BEGIN/COMMIT for a write).
 
-    def __init__(self, conn: psycopg.Connection[DictRow], now: float | None = None) -> None:
+    A write transaction's ``BEGIN`` (with its clock) is not sent on its own: it
+    goes out with the first statement, in one message, and its final writes go
+    out with the ``COMMIT`` (:meth:`final_writes`). A message of several
+    statements is PostgreSQL's simple query protocol: the server runs them in
+    order, stops at the first error, and is idle (in the transaction, where the
+    idle timeout applies) once it has answered; nothing stays half-sent between
+    two messages, as a libpq pipeline's unsynced statements could. Their
+    parameters are bound by psycopg on this side (``ClientCursor.mogrify``),
+    with the connection's own quoting.
+    """
+
+    def __init__(self, conn: psycopg.Connection[DictRow], now: float | None = None,
+                 begin: str | None = None) -> None:
         self.conn = conn
         self._now = now
+        self._begin = begin  # not sent yet: goes with the first statement
+        self._holding = False  # inside final_writes: statements are kept for the COMMIT
+        self._held: list[str] = []
+        self._client: psycopg.ClientCursor[Any] | None = None
 
     @property
     def now(self) -> float:
         # Write transactions read the clock with their BEGIN. Reads fetch it
         # only if asked (most never do): now() is the statement's start there.
         if self._now is None:
-            row = self.conn.execute("SELECT extract(epoch FROM now()) AS now").fetchone()
-            assert row is not None
-            self._now = float(row["now"])
+            if self._begin is not None:
+                self._send(None, ())
+            else:
+                row = self.conn.execute("SELECT extract(epoch FROM now()) AS now").fetchone()
+                assert row is not None
+                self._now = float(row["now"])
+        assert self._now is not None
         return self._now
 
     @now.setter
     def now(self, value: float) -> None:
         self._now = value
 
+    def _bound(self, sql: str, params: Sequence[Any]) -> str:
+        if self._client is None:
+            self._client = psycopg.ClientCursor(self.conn)
+        return self._client.mogrify(_driver_sql(sql), tuple(params))
+
+    def _send(self, sql: str | None, params: Sequence[Any]) -> psycopg.Cursor[DictRow]:
+        """One round trip: the held writes, then the pending BEGIN and its clock,
+        then ``sql``; the cursor is left at ``sql``'s result."""
+        parts = self._held
+        self._held = []
+        begin, self._begin = self._begin, None
+        if begin is not None:
+            parts.append(begin)
+        if sql is not None:
+            parts.append(self._bound(sql, params) if parts else _driver_sql(sql))
+        if not parts:  # (nothing held, nothing pending, nothing asked)
+            raise AssertionError("nothing to send")
+        if len(parts) == 1 and sql is not None:
+            return self.conn.execute(parts[0], tuple(params))
+        cur = self.conn.execute("; ".join(parts))
+        if begin is not None:  # the clock: the first result with columns
+            while cur.description is None and cur.nextset():
+                pass
+            row = cur.fetchone()
+            assert row is not None
+            self._now = float(row["now"])
+        while cur.nextset():  # on to the last result: sql's
+            pass
+        return cur
+
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        cur = self.conn.execute(_driver_sql(sql), tuple(params))
+        cur = self._send(sql, params)
         return [dict(r) for r in cur.fetchall()] if cur.description else []
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self.conn.execute(_driver_sql(sql), tuple(params)).rowcount
+        if self._holding:
+            if self._begin is not None:
+                self._held.append(self._begin)
+                self._begin = None
+            self._held.append(self._bound(sql, params))
+            return -1
+        return self._send(sql, params).rowcount
 
-    def final_writes(self) -> AbstractContextManager[object]:
-        # libpq's pipeline mode: the statements go out together, one round trip, and
-        # their results come back when the block ends; the COMMIT follows on its own
-        return self.conn.pipeline() if _PIPELINE else contextlib.nullcontext()
+    @contextmanager
+    def final_writes(self) -> Iterator[object]:
+        # kept here, sent with the COMMIT: one round trip for the writes and the commit
+        self._holding = True
+        try:
+            yield None
+        finally:
+            self._holding = False
 
+    def commit(self) -> str | None:
+        """Send the held writes with the ``COMMIT``; the server's answer to it
+        (``None``: the transaction never started, so there is nothing to commit)."""
+        if self._begin is not None and not self._held:
+            return None
+        self._held.append("COMMIT")
+        cur = self._send(None, ())
+        return cur.statusmessage
 
 
 class PostgresBackend(Backend):
@@ -314,18 +381,9 @@ class PostgresBackend(Backend):
                 except psycopg.Error as exc:
                     raise self._translate(exc, in_commit=False) from None
                 return
-            try:
-                # One round trip opens the transaction and reads the server's
-                # clock: leases are judged by the database, never the worker.
-                cur = conn.execute(_BEGIN if durable else _BEGIN_LAZY)
-                while cur.nextset():  # the clock is the last result
-                    pass
-                row = cur.fetchone()
-                assert row is not None
-                tx = _PgTx(conn, float(row["now"]))
-            except psycopg.Error as exc:
-                _rollback_quietly(conn)
-                raise self._translate(exc, in_commit=False) from None
+            # The BEGIN, which also reads the server's clock (leases are judged by
+            # the database, never the worker), goes with the first statement.
+            tx = _PgTx(conn, begin=_BEGIN if durable else _BEGIN_LAZY)
             try:
                 yield tx
             except BaseException as exc:
@@ -334,11 +392,11 @@ class PostgresBackend(Backend):
                     raise self._translate(exc, in_commit=False) from None
                 raise
             try:
-                done = conn.execute("COMMIT").statusmessage
+                done = tx.commit()
             except psycopg.Error as exc:
                 _rollback_quietly(conn)
                 raise self._translate(exc, in_commit=True) from None
-            if done != "COMMIT":  # the server answers ROLLBACK for an aborted transaction
+            if done not in ("COMMIT", None):  # ROLLBACK: the transaction had failed
                 raise LedgerError(f"ledger {self._shown}: the transaction was rolled back "
                                   "by the server; nothing was recorded")
 
