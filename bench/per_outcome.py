@@ -645,46 +645,30 @@ _TX_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SET LOCAL", "SELECT extract(epoch
 
 
 def pg_counts(url: str, home: Path, n: int = 20) -> dict[str, Any]:
-    """Round trips and transactions per outcome on PostgreSQL (retrysafe and the
-    hand-written script), counted by wrapping psycopg in this process."""
+    """Round trips and statements per outcome on PostgreSQL (retrysafe and the
+    hand-written script), counted by wrapping psycopg in this process: every message
+    sent is a round trip; a message without parameters may hold several statements
+    (the simple query protocol), of which BEGIN, COMMIT and what opens a transaction
+    (its settings, the server's clock) are not counted as statements."""
     import psycopg
 
-    counts = {"statements": 0, "transactions": 0, "pipelined": 0, "control": 0}
-    real_execute, real_transaction = psycopg.Connection.execute, psycopg.Connection.transaction
-    real_pipeline = psycopg.Connection.pipeline
+    counts = {"round_trips": 0, "statements": 0, "transactions": 0}
+    real_execute = psycopg.Connection.execute
     counting = [False]
-    in_pipeline = [0]
 
     def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        if counting[0]:
-            # statements sent in one pipeline share its one round trip; BEGIN, COMMIT
-            # and what opens a transaction (its settings, the server's clock) are
-            # round trips only when they are not in a pipeline
-            control = str(query).startswith(_TX_CONTROL)
-            if in_pipeline[0]:
-                counts["pipelined"] += 0 if control else 1
-            else:
-                counts["control" if control else "statements"] += 1
+        text = str(query)
+        if counting[0] and text:  # (an empty query is the pool's ping, not ours)
+            counts["round_trips"] += 1
+            # several statements only without parameters; the benchmark's values
+            # hold no semicolons
+            parts = [p.strip() for p in text.split(";")] if not args else [text]
+            counts["statements"] += sum(1 for p in parts if p and not p.startswith(_TX_CONTROL))
+            counts["transactions"] += sum(1 for p in parts if p.startswith("BEGIN"))
         return real_execute(self, query, *args, **kwargs)
 
-    @contextlib.contextmanager
-    def pipeline(self: Any) -> Iterator[Any]:
-        if counting[0]:
-            counts["statements"] += 1  # the round trip that sends them all
-        in_pipeline[0] += 1
-        try:
-            with real_pipeline(self) as p:
-                yield p
-        finally:
-            in_pipeline[0] -= 1
-
-    def transaction(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if counting[0]:
-            counts["transactions"] += 1
-        return real_transaction(self, *args, **kwargs)
-
     patched: Any = psycopg.Connection
-    patched.execute, patched.transaction, patched.pipeline = execute, transaction, pipeline
+    patched.execute = execute
     out: dict[str, Any] = {}
     try:
         with Engine.open(home, ledger=url) as engine:
@@ -699,20 +683,17 @@ def pg_counts(url: str, home: Path, n: int = 20) -> dict[str, Any]:
                 for name, f in (("rs_engine", one), ("base", base_one)):
                     f(f"count-warm-{name.replace('_', '-')}")
                     for phase in ("first", "rerun"):
-                        counts.update(statements=0, transactions=0, pipelined=0, control=0)
+                        counts.update(round_trips=0, statements=0, transactions=0)
                         counting[0] = True
                         for i in range(n):
                             f(f"count-{name.replace('_', '-')}-{i}")
                         counting[0] = False
-                        # a transaction block adds BEGIN and COMMIT round trips
                         out[f"{name}_{phase}"] = {
-                            "round_trips": (counts["statements"] + counts["control"]
-                                            + 2 * counts["transactions"]) / n,
+                            "round_trips": counts["round_trips"] / n,
                             "transactions_blocks": counts["transactions"] / n,
-                            "statements": (counts["statements"] + counts["pipelined"]) / n}
+                            "statements": counts["statements"] / n}
     finally:
-        patched.execute, patched.transaction = real_execute, real_transaction
-        patched.pipeline = real_pipeline
+        patched.execute = real_execute
     return out
 
 

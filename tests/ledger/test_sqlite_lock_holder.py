@@ -39,3 +39,17 @@ def test_a_busy_ledger_names_the_process_holding_its_write_lock(
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.parametrize(("synchronous", "interval"), [("full", 1000), ("normal", 10_000)])
+def test_checkpoint_interval_follows_synchronous(tmp_path: Path, synchronous: str,
+                                                 interval: int) -> None:
+    """At full every commit syncs the log, and a log rewritten in place syncs faster than
+    one that grows: SQLite's short default stays. At normal no commit syncs, and a longer
+    interval copies each often-rewritten page back fewer times."""
+    backend = sqlite_backend.SqliteBackend(tmp_path / "l.sqlite3", synchronous=synchronous)
+    try:
+        with backend.transaction(write=False) as tx:
+            assert tx.rows("PRAGMA wal_autocheckpoint")[0]["wal_autocheckpoint"] == interval
+    finally:
+        backend.close()

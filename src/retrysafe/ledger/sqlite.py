@@ -6,15 +6,17 @@ throwaway ledgers), write transactions ``BEGIN IMMEDIATE`` (the write lock is
 taken before the first read, so read-then-write races cannot happen) and a
 busy timeout so concurrent processes queue instead of failing.
 
-The write-ahead log is copied back into the file (a checkpoint) every
-``WAL_AUTOCHECKPOINT`` pages rather than SQLite's default 1,000: an outcome's
-commits append about 40 pages, most of them the same few (the newest leaves of
-the tables and indexes), and a checkpoint copies each page once however often it
-was appended, so a longer interval copies fewer pages per outcome and, at
-``synchronous=FULL``, syncs the file less often. The log file is reused from
-its start after a checkpoint (about 40 MB on disk while the ledger is open; a
-log that a long reader let grow past ``WAL_SIZE_LIMIT`` is cut back to it), and
-the last connection to close checkpoints it whole and removes it, as always.
+At ``synchronous=normal`` the write-ahead log is copied back into the file (a
+checkpoint) every ``WAL_AUTOCHECKPOINT_NORMAL`` pages rather than SQLite's
+default 1,000: an outcome's commits append about 40 pages, most of them the
+same few (the newest leaves of the tables and indexes), a checkpoint copies each
+page once however often it was appended and syncs the files, so a longer
+interval copies fewer pages and syncs less per outcome. At ``full`` the default
+stays: there every commit syncs the log, and a sync of a log that grows (a new
+log, or one not yet refilled from its start after a checkpoint) costs far more
+than a sync of one being rewritten in place; a short log is refilled soon.
+A log a long reader let grow past ``WAL_SIZE_LIMIT`` is cut back to it; the
+last connection to close checkpoints the log whole and removes it.
 
 A new ledger file is private: ``0600`` less what the umask takes away (SQLite
 gives its ``-wal`` and ``-shm`` files the database file's mode), in a folder
@@ -39,7 +41,7 @@ from .backend import Backend, Tx
 __all__ = ["SqliteBackend"]
 
 BUSY_TIMEOUT_MS = 30_000
-WAL_AUTOCHECKPOINT = 10_000  # pages: about 40 MB of log between checkpoints
+WAL_AUTOCHECKPOINT_NORMAL = 10_000  # pages (about 40 MB of log) between checkpoints
 WAL_SIZE_LIMIT = 64 << 20  # bytes a log is cut back to once checkpointed (a reader held it longer)
 
 
@@ -142,7 +144,8 @@ class SqliteBackend(Backend):
                 if str(mode).lower() != "wal":
                     raise LedgerError(f"ledger {self.path}: cannot switch to WAL mode ({mode})")
                 conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-                conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}")
+                if self.synchronous == "NORMAL":
+                    conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_NORMAL}")
                 conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
                 conn.execute("PRAGMA foreign_keys = ON")
             except sqlite3.Error as exc:
