@@ -53,7 +53,9 @@ from .records import (
     dumps,
     event_from_row,
     outcome_from_row,
+    outcome_from_values,
     step_from_row,
+    step_from_values,
 )
 
 __all__ = ["LedgerCore", "Liveness", "lease_only"]
@@ -109,14 +111,13 @@ _STEP_FIELDS = frozenset(
 
 
 _EVENT_MARKS = "(" + ", ".join("?" * len(moves.EVENT_COLUMNS.split(","))) + ")"
-# the steps' columns under their own names (read once per step), the outcome's as o_*
-# (read once)
-_OUTCOME_ALIASES = tuple((c, f"o_{c}") for c in OUTCOME_COLUMNS)
+# the steps' columns, then the outcome's: records are built by position
 _OUTCOME_AND_STEPS = (
     "SELECT " + ", ".join(f"s.{c}" for c in STEP_COLUMNS) + ", "
-    + ", ".join(f"o.{c} AS {a}" for c, a in _OUTCOME_ALIASES)
+    + ", ".join(f"o.{c}" for c in OUTCOME_COLUMNS)
     + " FROM rs_outcomes o LEFT JOIN rs_steps s ON s.outcome_key = o.key WHERE o.key = ?"
     " ORDER BY s.created_at, s.step_key")
+_STEPS_WIDTH = len(STEP_COLUMNS)
 
 
 def new_attempt_id() -> str:
@@ -699,12 +700,11 @@ class LedgerCore:
         """The outcome and its steps, in one statement (a re-run of a done outcome
         answers every step from this one read)."""
         with self.backend.transaction(write=False) as tx:
-            rows = tx.records(_OUTCOME_AND_STEPS, (key,))
+            rows = tx.tuples(_OUTCOME_AND_STEPS, (key,))
             if not rows:
                 return None, []
-            first = rows[0]
-            steps = [step_from_row(r) for r in rows if r["step_key"] is not None]
-            return outcome_from_row({c: first[a] for c, a in _OUTCOME_ALIASES}), steps
+            steps = [step_from_values(r) for r in rows if r[0] is not None]
+            return outcome_from_values(rows[0][_STEPS_WIDTH:]), steps
 
     def require_outcome(self, key: str) -> OutcomeRecord:
         out = self.outcome(key)

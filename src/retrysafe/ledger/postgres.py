@@ -46,7 +46,7 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import LedgerAuthError, LedgerError, LedgerUnavailable
@@ -216,6 +216,12 @@ class _PgTx(Tx):
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         cur = self._send(sql, params)
         return [dict(r) for r in cur.fetchall()] if cur.description else []
+
+    def tuples(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
+        if self._begin is not None or self._held:  # (inside a write: with what is pending)
+            return super().tuples(sql, params)
+        cur = self.conn.cursor(row_factory=tuple_row)
+        return cur.execute(_driver_sql(sql), tuple(params)).fetchall()
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         if self._holding:

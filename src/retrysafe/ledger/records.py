@@ -8,7 +8,7 @@ for a command-line tool started once per step.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..evidence import fields_of, from_column
@@ -155,20 +155,18 @@ OUTCOME_COLUMNS = ("key", "job", "params", "state", "reason", "cause", "fence", 
 
 
 def outcome_from_row(row: Mapping[str, Any]) -> OutcomeRecord:
+    return outcome_from_values([row[c] for c in OUTCOME_COLUMNS])
+
+
+def outcome_from_values(v: Sequence[Any]) -> OutcomeRecord:
+    """An outcome from its :data:`OUTCOME_COLUMNS` values, in that order."""
+    (key, job, params, state, reason, cause, fence, attempts, budget_base, current,
+     accepted, created_at, updated_at) = v
     return OutcomeRecord(
-        key=row["key"],
-        job=row["job"],
-        params=loads_map(row["params"]),
-        state=row["state"],
-        reason=row["reason"],
-        cause=row["cause"],
-        fence=int(row["fence"]),
-        attempts=int(row["attempts"]),
-        budget_base=int(row["budget_base"]),
-        current_attempt=row["current_attempt"],
-        accepted_attempt=row["accepted_attempt"],
-        created_at=float(row["created_at"]),
-        updated_at=float(row["updated_at"]),
+        key=key, job=job, params=loads_map(params), state=state, reason=reason, cause=cause,
+        fence=int(fence), attempts=int(attempts), budget_base=int(budget_base),
+        current_attempt=current, accepted_attempt=accepted, created_at=float(created_at),
+        updated_at=float(updated_at),
     )
 
 
@@ -193,36 +191,27 @@ STEP_COLUMNS = ("step_key", "outcome_key", "name", "item", "kind", "effect_class
                 "attempt_id", "fence", "evidence", "artifact", "checksum", "check_cmd",
                 "connector", "fingerprint", "reason", "cause", "approved_by", "runner_host",
                 "runner_pid", "runner_started", "tries", "updated_at")
+_STEP_WIDTH = len(STEP_COLUMNS)
 
 
 def step_from_row(row: Mapping[str, Any]) -> StepRecord:
-    runner = (
-        Holder(row["runner_host"], row["runner_pid"], row["runner_started"])
-        if row["runner_host"]
-        else None
-    )
+    return step_from_values([row[c] for c in STEP_COLUMNS])
+
+
+def step_from_values(v: Sequence[Any]) -> StepRecord:
+    """A step from its :data:`STEP_COLUMNS` values, in that order (a hot read builds
+    records from the driver's tuples, without a lookup by name per column)."""
+    (step_key, outcome_key, name, item, kind, effect_class, state, attempt_id, fence,
+     evidence, artifact, checksum, check_cmd, connector, fingerprint, reason, cause,
+     approved_by, runner_host, runner_pid, runner_started, tries, updated_at) = v[:_STEP_WIDTH]
     return StepRecord(
-        step_key=row["step_key"],
-        outcome_key=row["outcome_key"],
-        name=row["name"],
-        item=row["item"],
-        kind=row["kind"],
-        effect_class=row["effect_class"],
-        state=row["state"],
-        attempt_id=row["attempt_id"],
-        fence=int(row["fence"]),
-        evidence=from_column(row["evidence"]),
-        artifact=row["artifact"],
-        checksum=row["checksum"],
-        check=row["check_cmd"],
-        connector=row["connector"],
-        fingerprint=row["fingerprint"],
-        reason=row["reason"],
-        cause=row["cause"],
-        approved_by=row["approved_by"],
-        runner=runner,
-        tries=int(row["tries"]),
-        updated_at=float(row["updated_at"]),
+        step_key=step_key, outcome_key=outcome_key, name=name, item=item, kind=kind,
+        effect_class=effect_class, state=state, attempt_id=attempt_id, fence=int(fence),
+        evidence=from_column(evidence), artifact=artifact, checksum=checksum,
+        check=check_cmd, connector=connector, fingerprint=fingerprint, reason=reason,
+        cause=cause, approved_by=approved_by,
+        runner=Holder(runner_host, runner_pid, runner_started) if runner_host else None,
+        tries=int(tries), updated_at=float(updated_at),
     )
 
 

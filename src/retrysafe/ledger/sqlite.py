@@ -59,6 +59,11 @@ class _SqliteTx(Tx):
     def records(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         return self.conn.execute(sql, tuple(params)).fetchall()
 
+    def tuples(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        cur = self.conn.cursor()
+        cur.row_factory = None
+        return cur.execute(sql, tuple(params)).fetchall()
+
 
 
 class _Transaction:
