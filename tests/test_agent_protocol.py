@@ -95,6 +95,22 @@ def test_record_twice_same_evidence_is_idempotent_other_evidence_refused(agent_h
     assert "already done with evidence m1" in one_error_line(other.stderr)
 
 
+def test_record_with_evidence_that_is_not_utf8_is_refused(agent_home: Home) -> None:
+    """Evidence given as bytes that are not UTF-8 (argv keeps them as surrogates): exit 2,
+    one line naming the value, nothing recorded; the step stays running for a record
+    with text."""
+    attempt = begin(agent_home)["attempt_id"]
+    agent_home.run("intent", KEY, "send", "--class", "message", "--attempt", attempt)
+    args = ("record", KEY, "send", "--attempt", attempt, "--evidence")
+    bad = agent_home.run(*args, "id\udcff\udcfe")  # the bytes 0xff 0xfe on the command line
+    assert bad.returncode == 2
+    assert "is not UTF-8 text" in one_error_line(bad.stderr)
+    status = agent_home.run("status", KEY, "--json")
+    [step] = json.loads(status.stdout)["steps"]
+    assert step["state"] == "running"
+    assert agent_home.run(*args, "id-1").returncode == 0
+
+
 def test_intent_from_a_second_attempt_must_look_first(agent_home: Home) -> None:
     """Attempt 1 intends and vanishes; attempt 2's intent is refused until it looks up.
 

@@ -92,6 +92,14 @@ class InvalidInput(RetrysafeError):
     exit_code = EXIT_USAGE
 
 
+def not_text(exc: UnicodeEncodeError) -> InvalidInput:
+    """A value the ledger cannot store: it holds bytes that are not UTF-8 (Python keeps
+    them as lone surrogates, as in a command-line argument or a file name)."""
+    near = exc.object[max(0, exc.start - 16):exc.end + 16] if isinstance(exc.object, str) else ""
+    return InvalidInput(f"a value is not UTF-8 text (near {near!r}); nothing was recorded: "
+                        "give it as text (decode the bytes, or encode them, e.g. as hex)")
+
+
 class ConfigError(InvalidInput):
     """The config file is missing, malformed or contradicts itself."""
 

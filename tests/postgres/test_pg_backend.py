@@ -315,8 +315,12 @@ def test_a_write_transaction_is_two_round_trips(pg_db: str,
         sent: list[str] = []
         real = psycopg.Connection.execute
 
+        here = threading.get_ident()
+
         def counted(self: psycopg.Connection[Any], query: Any, *args: Any, **kw: Any) -> Any:
-            if str(query):  # (not the pool's empty ping of a connection idle a while)
+            # not the pool's empty ping of a connection idle a while, nor what its own
+            # threads send to set up a new connection
+            if str(query) and threading.get_ident() == here:
                 sent.append(str(query))
             return real(self, query, *args, **kw)
 
@@ -333,5 +337,32 @@ def test_a_write_transaction_is_two_round_trips(pg_db: str,
         with backend.transaction(write=False) as tx:
             assert tx.rows("SELECT v, n FROM probe ORDER BY v") == [
                 {"v": "b", "n": None}, {"v": odd, "n": 2**40}]
+    finally:
+        backend.close()
+
+
+def test_a_value_that_is_not_utf8_is_refused_as_input(pg_db: str) -> None:
+    """A string holding bytes that are not UTF-8 (lone surrogates) cannot be sent: an
+    InvalidInput naming it, nothing written, and the pooled connection works after, in
+    a plain statement, inside a transaction and among the final writes."""
+    from retrysafe.errors import InvalidInput
+
+    backend = PostgresBackend(pg_db)
+    bad = "id\udcff"
+    try:
+        with backend.transaction() as tx:
+            tx.run("CREATE TABLE probe (v TEXT)")
+        with pytest.raises(InvalidInput, match="not UTF-8 text"):
+            backend.execute("INSERT INTO probe (v) VALUES (?)", (bad,))
+        with pytest.raises(InvalidInput, match="not UTF-8 text"), backend.transaction() as tx:
+            tx.run("INSERT INTO probe (v) VALUES (?)", ("kept back",))
+            tx.run("INSERT INTO probe (v) VALUES (?)", (bad,))
+        with pytest.raises(InvalidInput, match="not UTF-8 text"), backend.transaction() as tx:
+            tx.run("INSERT INTO probe (v) VALUES (?)", ("kept back",))
+            with tx.final_writes():
+                tx.run("INSERT INTO probe (v) VALUES (?)", (bad,))
+        backend.execute("INSERT INTO probe (v) VALUES (?)", ("text",))
+        with backend.transaction(write=False) as tx:
+            assert tx.rows("SELECT v FROM probe") == [{"v": "text"}]
     finally:
         backend.close()

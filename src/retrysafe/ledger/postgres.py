@@ -49,7 +49,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..errors import LedgerAuthError, LedgerError, LedgerUnavailable
+from ..errors import LedgerAuthError, LedgerError, LedgerUnavailable, not_text
 from .backend import Backend, Tx
 from .conninfo import mask, parse
 
@@ -386,6 +386,8 @@ class PostgresBackend(Backend):
                     yield _PgTx(conn)
                 except psycopg.Error as exc:
                     raise self._translate(exc, in_commit=False) from None
+                except UnicodeEncodeError as exc:
+                    raise not_text(exc) from None
                 return
             # The BEGIN, which also reads the server's clock (leases are judged by
             # the database, never the worker), goes with the first statement.
@@ -396,6 +398,8 @@ class PostgresBackend(Backend):
                 _rollback_quietly(conn)
                 if isinstance(exc, psycopg.Error):
                     raise self._translate(exc, in_commit=False) from None
+                if isinstance(exc, UnicodeEncodeError):  # refused before it was sent
+                    raise not_text(exc) from None
                 raise
             try:
                 done = tx.commit()
@@ -412,6 +416,8 @@ class PostgresBackend(Backend):
         with self._connection() as conn:
             try:
                 return conn.execute(_driver_sql(sql), params).rowcount
+            except UnicodeEncodeError as exc:  # refused before it was sent
+                raise not_text(exc) from None
             except psycopg.Error as exc:
                 # a statement that writes also commits: a lost connection leaves
                 # its fate unknown, which the error says

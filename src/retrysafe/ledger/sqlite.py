@@ -35,7 +35,14 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from ..errors import HomeNotWritable, LedgerError, LedgerUnavailable, RetrysafeError, StorageFull
+from ..errors import (
+    HomeNotWritable,
+    LedgerError,
+    LedgerUnavailable,
+    RetrysafeError,
+    StorageFull,
+    not_text,
+)
 from .backend import Backend, Tx
 
 __all__ = ["SqliteBackend"]
@@ -106,6 +113,8 @@ class _Transaction:
                 conn.execute("ROLLBACK")
             if isinstance(exc, sqlite3.Error):
                 raise self.backend._translate(exc) from None
+            if isinstance(exc, UnicodeEncodeError):
+                raise not_text(exc) from None
             return
         if self.write:
             try:
@@ -199,6 +208,8 @@ class SqliteBackend(Backend):
             return self._conn().execute(sql, params).rowcount
         except sqlite3.Error as exc:
             raise self._translate(exc) from None
+        except UnicodeEncodeError as exc:
+            raise not_text(exc) from None
 
     def has_table(self, tx: Tx, name: str) -> bool:
         return tx.one("SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = ?",
