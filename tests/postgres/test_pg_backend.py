@@ -366,3 +366,33 @@ def test_a_value_that_is_not_utf8_is_refused_as_input(pg_db: str) -> None:
             assert tx.rows("SELECT v FROM probe") == [{"v": "text"}]
     finally:
         backend.close()
+
+
+def test_what_is_pending_survives_reads_binds_and_the_clock(pg_db: str) -> None:
+    """The pending BEGIN and the held writes: the clock read inside the final writes is
+    the transaction's own; a value refused while binding changes nothing pending (the
+    next statement still opens the transaction); tuples keep columns of the same name
+    apart; a read-only transaction sends its writes at once (there is no COMMIT)."""
+    backend = PostgresBackend(pg_db)
+    try:
+        with backend.transaction() as tx:
+            tx.run("CREATE TABLE probe (v TEXT, at DOUBLE PRECISION, at2 DOUBLE PRECISION)")
+        with backend.transaction() as tx, tx.final_writes():
+            tx.run("INSERT INTO probe (v, at) VALUES ('a', extract(epoch FROM now()))")
+            tx.run("UPDATE probe SET at2 = ? WHERE v = 'a'", (tx.now,))
+        with backend.transaction() as tx:
+            with contextlib.suppress(UnicodeEncodeError):
+                tx.run("INSERT INTO probe (v) VALUES (?)", ("\udcff",))
+            tx.run("INSERT INTO probe (v) VALUES ('b')")
+            status = tx.conn.info.transaction_status  # type: ignore[attr-defined]
+            assert status == psycopg.pq.TransactionStatus.INTRANS
+            assert tx.tuples("SELECT p.v, q.v FROM probe p, probe q WHERE p.v = 'a'"
+                             " AND q.v = 'b'") == [("a", "b")]
+        with backend.transaction(write=False) as tx, tx.final_writes():
+            tx.run("INSERT INTO probe (v) VALUES ('c')")
+        with backend.transaction(write=False) as tx:
+            rows = {r["v"]: r for r in tx.rows("SELECT * FROM probe")}
+        assert sorted(rows) == ["a", "b", "c"]
+        assert rows["a"]["at"] == rows["a"]["at2"]
+    finally:
+        backend.close()

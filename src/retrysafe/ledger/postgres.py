@@ -79,7 +79,9 @@ CHECK_AFTER_IDLE = 1.0
 # SQLSTATE classes and codes meaning "try again later": the transaction was
 # rolled back by the server or never reached it.
 _TRANSIENT_CLASSES = ("08", "40", "53", "57")
-_TRANSIENT_CODES = frozenset({"55P03"})  # lock_not_available (lock_timeout)
+# lock_not_available (lock_timeout); idle_in_transaction_session_timeout (the server
+# ended a session that sat inside a transaction: nothing of it was committed)
+_TRANSIENT_CODES = frozenset({"55P03", "25P03"})
 _AUTH_CLASSES = ("28",)
 _AUTH_CODES = frozenset({"42501"})  # insufficient_privilege
 
@@ -161,6 +163,7 @@ class _PgTx(Tx):
         self.conn = conn
         self._now = now
         self._begin = begin  # not sent yet: goes with the first statement
+        self._write = begin is not None
         self._holding = False  # inside final_writes: statements are kept for the COMMIT
         self._held: list[str] = []
         self._client: psycopg.ClientCursor[Any] | None = None
@@ -188,18 +191,18 @@ class _PgTx(Tx):
             self._client = psycopg.ClientCursor(self.conn)
         return self._client.mogrify(_driver_sql(sql), tuple(params))
 
-    def _send(self, sql: str | None, params: Sequence[Any]) -> psycopg.Cursor[DictRow]:
-        """One round trip: the held writes, then the pending BEGIN and its clock,
-        then ``sql``; the cursor is left at ``sql``'s result."""
-        parts = self._held
-        self._held = []
-        begin, self._begin = self._begin, None
-        if begin is not None:
-            parts.append(begin)
+    def _send(self, sql: str | None, params: Sequence[Any], *,
+              commit: bool = False) -> psycopg.Cursor[DictRow]:
+        """One round trip: the pending BEGIN and its clock, the held writes, ``sql``,
+        then the ``COMMIT`` when asked; the cursor is left at the last result. A value
+        that cannot be bound is refused before anything changes."""
+        begin = self._begin
+        parts = [begin, *self._held] if begin is not None else [*self._held]
         if sql is not None:
             parts.append(self._bound(sql, params) if parts else _driver_sql(sql))
-        if not parts:  # (nothing held, nothing pending, nothing asked)
-            raise AssertionError("nothing to send")
+        if commit:
+            parts.append("COMMIT")
+        self._begin, self._held = None, []
         if len(parts) == 1 and sql is not None:
             return self.conn.execute(parts[0], tuple(params))
         cur = self.conn.execute("; ".join(parts))
@@ -209,7 +212,7 @@ class _PgTx(Tx):
             row = cur.fetchone()
             assert row is not None
             self._now = float(row["now"])
-        while cur.nextset():  # on to the last result: sql's
+        while cur.nextset():  # on to the last result
             pass
         return cur
 
@@ -218,16 +221,13 @@ class _PgTx(Tx):
         return [dict(r) for r in cur.fetchall()] if cur.description else []
 
     def tuples(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
-        if self._begin is not None or self._held:  # (inside a write: with what is pending)
-            return super().tuples(sql, params)
-        cur = self.conn.cursor(row_factory=tuple_row)
-        return cur.execute(_driver_sql(sql), tuple(params)).fetchall()
+        cur: psycopg.Cursor[Any] = self._send(sql, params)
+        cur.row_factory = tuple_row  # (columns by position: repeated names stay apart)
+        rows: list[tuple[Any, ...]] = cur.fetchall() if cur.description else []
+        return rows
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
         if self._holding:
-            if self._begin is not None:
-                self._held.append(self._begin)
-                self._begin = None
             self._held.append(self._bound(sql, params))
             return -1
         return self._send(sql, params).rowcount
@@ -235,7 +235,8 @@ class _PgTx(Tx):
     @contextmanager
     def final_writes(self) -> Iterator[object]:
         # kept here, sent with the COMMIT: one round trip for the writes and the commit
-        self._holding = True
+        # (a read runs in autocommit: there each write is sent at once)
+        self._holding = self._write
         try:
             yield None
         finally:
@@ -246,9 +247,7 @@ class _PgTx(Tx):
         (``None``: the transaction never started, so there is nothing to commit)."""
         if self._begin is not None and not self._held:
             return None
-        self._held.append("COMMIT")
-        cur = self._send(None, ())
-        return cur.statusmessage
+        return self._send(None, (), commit=True).statusmessage
 
 
 class PostgresBackend(Backend):
@@ -289,6 +288,8 @@ class PostgresBackend(Backend):
             self._kwargs["connect_timeout"] = CONNECT_TIMEOUT
         if "application_name" not in params:
             self._kwargs["application_name"] = "retrysafe"
+        # every value is Unicode text to the ledger, whatever the database's own encoding
+        self._kwargs["client_encoding"] = "UTF8"
         self._pool: ConnectionPool[psycopg.Connection[DictRow]] | None = None
         self._lock = threading.Lock()
         self._used: weakref.WeakKeyDictionary[psycopg.Connection[DictRow], float] = (
@@ -311,8 +312,12 @@ class PostgresBackend(Backend):
 
     @staticmethod
     def _configure(conn: psycopg.Connection[Any]) -> None:
+        # extra_float_digits: floats as exact text before PostgreSQL 12 too (from 12 on
+        # any value above 0 is the shortest exact form), so the clock a transaction reads
+        # equals what now() stores through it
         conn.execute("SELECT set_config('lock_timeout', %s, false),"
-                     " set_config('idle_in_transaction_session_timeout', %s, false)",
+                     " set_config('idle_in_transaction_session_timeout', %s, false),"
+                     " set_config('extra_float_digits', '3', false)",
                      (LOCK_TIMEOUT, IDLE_IN_TRANSACTION_TIMEOUT))
 
     def _open_pool(self) -> ConnectionPool[psycopg.Connection[DictRow]]:
