@@ -318,6 +318,15 @@ def count_statements(workdir: Path, n: int = 20) -> dict[str, Any]:
             calls.append(sql)
             return self._conn.execute(sql, *args)
 
+        def cursor(self) -> Any:  # a statement run on a cursor of its own counts too
+            return Counting(self._conn.cursor())
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name == "_conn":
+                object.__setattr__(self, name, value)
+            else:
+                setattr(self._conn, name, value)
+
         def __getattr__(self, name: str) -> Any:
             return getattr(self._conn, name)
 
