@@ -17,7 +17,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -404,7 +404,6 @@ class Engine:
             run.close(success=True)
 
 
-@contextmanager
 def start(
     job: str,
     params: Mapping[str, str] | None = None,
@@ -413,7 +412,7 @@ def start(
     config: str | os.PathLike[str] | None = None,
     ledger: str | None = None,
     heartbeat: bool = True,
-) -> Iterator[Run]:
+) -> AbstractContextManager[Run]:
     """Start (or resume) an attempt at the outcome, and close it out on exit.
 
     If the outcome is already ``done`` the yielded run is read-only: ``generate``
@@ -423,9 +422,9 @@ def start(
     human must act first. An exception inside the block ends the attempt as
     ``failed``, ``unknown`` or ``blocked``, as its steps say, and propagates.
     """
-    engine = _cached_engine(home, config, ledger)
-    with engine.start(job, params, heartbeat=heartbeat) as run:
-        yield run
+    # the engine's own context manager, not one wrapped around it (one generator
+    # fewer per outcome); the engine is found when start() is called
+    return _cached_engine(home, config, ledger).start(job, params, heartbeat=heartbeat)
 
 
 # --- the engine start() reuses -----------------------------------------------------
@@ -472,12 +471,15 @@ def _cached_engine(home: str | os.PathLike[str] | None, config: str | os.PathLik
            None if config is None else os.fspath(config), ledger, env)
     with _ENGINES_LOCK:
         cached = _ENGINES.pop(key, None)
+        if cached is not None:
+            _ENGINES[key] = cached  # the most recently used, last
     if cached is not None:
         engine, seen = cached
         if engine._ledger is not None and _identity(engine) == seen:
-            with _ENGINES_LOCK:
-                _ENGINES[key] = cached
             return engine
+        with _ENGINES_LOCK:
+            if _ENGINES.get(key) is cached:
+                del _ENGINES[key]
         engine.close()
     engine = Engine.open(home, config, ledger)
     engine.ledger  # noqa: B018 - opened now, so its identity is known
