@@ -115,8 +115,7 @@ _EVENT_MARKS = "(" + ", ".join("?" * len(moves.EVENT_COLUMNS.split(","))) + ")"
 _OUTCOME_AND_STEPS = (
     "SELECT " + ", ".join(f"s.{c}" for c in STEP_COLUMNS) + ", "
     + ", ".join(f"o.{c}" for c in OUTCOME_COLUMNS)
-    + " FROM rs_outcomes o LEFT JOIN rs_steps s ON s.outcome_key = o.key WHERE o.key = ?"
-    " ORDER BY s.created_at, s.step_key")
+    + " FROM rs_outcomes o LEFT JOIN rs_steps s ON s.outcome_key = o.key WHERE o.key = ?")
 _STEPS_WIDTH = len(STEP_COLUMNS)
 
 
@@ -697,8 +696,8 @@ class LedgerCore:
             return outcome_from_row(rows[0]) if rows else None
 
     def outcome_and_steps(self, key: str) -> tuple[OutcomeRecord | None, list[StepRecord]]:
-        """The outcome and its steps, in one statement (a re-run of a done outcome
-        answers every step from this one read)."""
+        """The outcome and its steps, in no particular order (no sort), in one statement:
+        a re-run of a done outcome answers every step from this one read, by key."""
         with self.backend.transaction(write=False) as tx:
             rows = tx.tuples(_OUTCOME_AND_STEPS, (key,))
             if not rows:
