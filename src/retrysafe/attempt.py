@@ -449,12 +449,12 @@ class Run:
         # The common case is a step this outcome has never seen: write the intent
         # straight away, without reading first. The write only creates the step;
         # if it exists, it is read and decided below.
-        policy = policy_for(cls, self.job.classes)
-        if not self.read_only and not policy.approval and not (
-                policy.lookup_first and first) and self._intent(
-                skey, name, item, cls, None, check=check, connector=connector_name,
-                fingerprint=fp, explain=False):
-            return self._perform(skey, name, item, execute)
+        if not self.read_only:
+            policy = policy_for(cls, self.job.classes)
+            if not policy.approval and not (policy.lookup_first and first) and self._intent(
+                    skey, name, item, cls, None, check=check, connector=connector_name,
+                    fingerprint=fp, explain=False):
+                return self._perform(skey, name, item, execute)
         step = self._known.get(skey) if self._known is not None else self.ledger.step(skey)
         if fp and step is not None and step.fingerprint and step.fingerprint != fp:
             return self._update_in_place(skey, name, item, step, connector, payload, fp,

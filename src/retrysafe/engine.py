@@ -16,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -373,35 +373,54 @@ class Engine:
         out = self.ledger.require_outcome(key)
         return self.run_for(self.config.job(out.job), None, out)
 
-    @contextmanager
     def start(self, job: str, params: Mapping[str, str] | None = None, *,
-              heartbeat: bool = True) -> Iterator[Run]:
+              heartbeat: bool = True) -> AbstractContextManager[Run]:
         """:func:`start` on this engine: the config and ledger stay open for the next
         outcome, so a process handling many outcomes opens them once."""
-        begun = self.begin(job, params or {}, folder=False)
+        return _Started(self, job, params or {}, heartbeat)
+
+
+class _Started:
+    """The context of :meth:`Engine.start` (a class, not a generator: it runs once per
+    outcome). Entering claims the outcome (or reads it, when it is done); leaving
+    closes the attempt out: ``done`` as its steps say, or, after an exception, what
+    they say then. A stale attempt closes its files and writes nothing."""
+
+    __slots__ = ("engine", "heartbeat", "job", "params", "run")
+
+    def __init__(self, engine: Engine, job: str, params: Mapping[str, str],
+                 heartbeat: bool) -> None:
+        self.engine, self.job, self.params, self.heartbeat = engine, job, params, heartbeat
+        self.run: Run | None = None
+
+    def __enter__(self) -> Run:
+        engine = self.engine
+        begun = engine.begin(self.job, self.params, folder=False)
         if begun.status is ClaimStatus.DONE:
-            yield self.run_for(self.config.job(job), None, begun.outcome, steps=begun.steps)
-            return
+            return engine.run_for(engine.config.job(self.job), None, begun.outcome,
+                                  steps=begun.steps)
         refusal = begun.refusal()
         if refusal is not None:
             raise refusal
         run = begun.run
         assert run is not None
-        if heartbeat:
+        if self.heartbeat:
             run.start_heartbeat()
-        try:
-            yield run
-        except StaleAttempt:
-            run.stop_heartbeat()
-            run.folder.close()
-            raise
-        except BaseException as exc:
-            run.stop_heartbeat()
-            run.close(success=False, reason=f"{type(exc).__name__}: {exc}")
-            raise
-        else:
-            run.stop_heartbeat()
+        self.run = run
+        return run
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:
+        run, self.run = self.run, None
+        if run is None:  # a done outcome's read-only run: nothing to close
+            return
+        run.stop_heartbeat()
+        if kind is None:
             run.close(success=True)
+        elif issubclass(kind, StaleAttempt):
+            run.folder.close()
+        else:
+            run.close(success=False, reason=f"{kind.__name__}: {exc}")
 
 
 def start(
