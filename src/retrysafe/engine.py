@@ -18,9 +18,9 @@ import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from . import envvars
 from .attempt import Run
@@ -49,9 +49,9 @@ LEASE_FIELD = "agent_lease_seconds"
 """Context field of an attempt begun by an agent: the lease each later command renews."""
 
 
-@dataclass(frozen=True)
-class Start:
-    """What :meth:`Engine.begin` found: a started :class:`Run`, or why not."""
+class Start(NamedTuple):
+    """What :meth:`Engine.begin` found: a started :class:`Run`, or why not (a named
+    tuple: made once per outcome, it costs a fraction of a frozen dataclass)."""
 
     status: ClaimStatus
     key: str

@@ -159,15 +159,13 @@ def outcome_from_row(row: Mapping[str, Any]) -> OutcomeRecord:
 
 
 def outcome_from_values(v: Sequence[Any]) -> OutcomeRecord:
-    """An outcome from its :data:`OUTCOME_COLUMNS` values, in that order."""
+    """An outcome from its :data:`OUTCOME_COLUMNS` values, in that order (the record's
+    own field order: built as the tuple it is, without keyword matching)."""
     (key, job, params, state, reason, cause, fence, attempts, budget_base, current,
      accepted, created_at, updated_at) = v
-    return OutcomeRecord(
-        key=key, job=job, params=loads_map(params), state=state, reason=reason, cause=cause,
-        fence=int(fence), attempts=int(attempts), budget_base=int(budget_base),
-        current_attempt=current, accepted_attempt=accepted, created_at=float(created_at),
-        updated_at=float(updated_at),
-    )
+    return tuple.__new__(OutcomeRecord, (
+        key, job, loads_map(params), state, reason, cause, int(fence), int(attempts),
+        int(budget_base), current, accepted, float(created_at), float(updated_at)))
 
 
 def attempt_from_row(row: Mapping[str, Any]) -> AttemptRecord:
@@ -200,19 +198,17 @@ def step_from_row(row: Mapping[str, Any]) -> StepRecord:
 
 def step_from_values(v: Sequence[Any]) -> StepRecord:
     """A step from its :data:`STEP_COLUMNS` values, in that order (a hot read builds
-    records from the driver's tuples, without a lookup by name per column)."""
+    records from the driver's tuples, without a lookup by name per column, and as the
+    tuples they are, without keyword matching)."""
     (step_key, outcome_key, name, item, kind, effect_class, state, attempt_id, fence,
      evidence, artifact, checksum, check_cmd, connector, fingerprint, reason, cause,
      approved_by, runner_host, runner_pid, runner_started, tries, updated_at) = v[:_STEP_WIDTH]
-    return StepRecord(
-        step_key=step_key, outcome_key=outcome_key, name=name, item=item, kind=kind,
-        effect_class=effect_class, state=state, attempt_id=attempt_id, fence=int(fence),
-        evidence=from_column(evidence), artifact=artifact, checksum=checksum,
-        check=check_cmd, connector=connector, fingerprint=fingerprint, reason=reason,
-        cause=cause, approved_by=approved_by,
-        runner=Holder(runner_host, runner_pid, runner_started) if runner_host else None,
-        tries=int(tries), updated_at=float(updated_at),
-    )
+    runner = (tuple.__new__(Holder, (runner_host, runner_pid, runner_started))
+              if runner_host else None)
+    return tuple.__new__(StepRecord, (
+        step_key, outcome_key, name, item, kind, effect_class, state, attempt_id, int(fence),
+        from_column(evidence), artifact, checksum, check_cmd, connector, fingerprint, reason,
+        cause, approved_by, runner, int(tries), float(updated_at)))
 
 
 def event_from_row(row: Mapping[str, Any]) -> Event:
