@@ -210,3 +210,35 @@ def test_a_journal_folder_replaced_by_a_link_is_refused_not_followed(
     with pytest.raises(UnsafePath), retrysafe.start("report", {"week": "2026-W17"}, home=home):
         pass
     assert list(elsewhere.iterdir()) == []
+
+
+def test_start_keeps_one_engine_until_its_config_or_ledger_file_changes(home: Path) -> None:
+    """start() in one process reuses its engine from outcome to outcome; an edited config
+    is read again by the next start(), and a ledger file deleted under a kept engine is
+    noticed before anything is written to the deleted file: refused, not recorded."""
+    import retrysafe
+    from retrysafe.engine import _cached_engine
+
+    def send(key: str) -> str:
+        return "msg-" + key
+
+    with retrysafe.start("report", {"week": "2026-W10"}, home=home) as run:
+        run.effect("send", "message", execute=send)
+    kept = _cached_engine(home, None, None)
+    with retrysafe.start("report", {"week": "2026-W11"}, home=home) as run:
+        run.effect("send", "message", execute=send)
+    assert _cached_engine(home, None, None) is kept
+
+    (home / "retrysafe.toml").write_text(CONFIG + '[jobs.digest]\nkey = "digest:{day}"\n'
+                                         'params = { day = "date" }\n')
+    with retrysafe.start("digest", {"day": "2026-03-02"}, home=home) as run:
+        run.effect("send", "message", execute=send)
+    reopened = _cached_engine(home, None, None)
+    assert reopened is not kept
+
+    for suffix in ("", "-wal", "-shm"):
+        (home / f"ledger.sqlite3{suffix}").unlink(missing_ok=True)
+    with pytest.raises(LedgerMismatch), \
+            retrysafe.start("report", {"week": "2026-W12"}, home=home) as run:
+        run.effect("send", "message", execute=send)
+    assert reopened._ledger is None  # closed, not reused

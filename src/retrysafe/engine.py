@@ -454,62 +454,72 @@ def start(
 # its config file or SQLite ledger file is not the one it opened (edited, replaced,
 # deleted), and in a child after fork (connections are never shared across fork).
 
-_ENGINES: dict[tuple[object, ...], tuple[Engine, tuple[object, ...]]] = {}
+class _Kept(NamedTuple):
+    engine: Engine
+    config: str  # the config file's path, and the SQLite ledger file's ('' for a server)
+    ledger: str
+    seen: tuple[object, ...]  # what _identity found when the engine was opened
+
+
+_ENGINES: dict[tuple[object, ...], _Kept] = {}
 _ENGINES_LOCK = threading.Lock()
 _ENGINES_KEPT = 8
 
 
-def _stamp(path: Path) -> object:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-
-
-def _identity(engine: Engine) -> tuple[object, ...]:
-    """What must stay the same for a cached engine to be reused."""
+def _paths(engine: Engine) -> tuple[str, str]:
+    """The files whose identity a cached engine is checked against, as strings."""
     settings = engine.config.settings
-    ledger: object = None
+    ledger = ""
     if settings.ledger_url.startswith("sqlite:") and engine._ledger is not None:
-        backend = engine._ledger.backend
-        path = getattr(backend, "path", None)
+        path = getattr(engine._ledger.backend, "path", None)
         if isinstance(path, Path):
-            try:
-                st = os.stat(path)
-                ledger = (st.st_dev, st.st_ino)
-            except OSError:
-                ledger = "gone"
-    return (_stamp(settings.config_path), ledger)
+            ledger = str(path)
+    return str(settings.config_path), ledger
+
+
+def _identity(config: str, ledger: str) -> tuple[object, ...]:
+    """What must stay the same for a cached engine to be reused: the config file
+    (edited or replaced) and the SQLite ledger file (replaced or deleted)."""
+    try:
+        st = os.stat(config)
+        stamp: object = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = None
+    found: object = None
+    if ledger:
+        try:
+            st = os.stat(ledger)
+            found = (st.st_dev, st.st_ino)
+        except OSError:
+            found = "gone"
+    return (stamp, found)
 
 
 def _cached_engine(home: str | os.PathLike[str] | None, config: str | os.PathLike[str] | None,
                    ledger: str | None) -> Engine:
-    env = tuple(os.environ.get(name) for name in (envvars.HOME, envvars.CONFIG, envvars.LEDGER))
+    get = os.environ.get
     key = (os.getpid(), None if home is None else os.fspath(home),
-           None if config is None else os.fspath(config), ledger, env)
-    with _ENGINES_LOCK:
-        cached = _ENGINES.pop(key, None)
-        if cached is not None:
-            _ENGINES[key] = cached  # the most recently used, last
-    if cached is not None:
-        engine, seen = cached
-        if engine._ledger is not None and _identity(engine) == seen:
-            return engine
+           None if config is None else os.fspath(config), ledger,
+           get(envvars.HOME), get(envvars.CONFIG), get(envvars.LEDGER))
+    kept = _ENGINES.get(key)  # (one dictionary read: atomic; the lock guards the changes)
+    if kept is not None:
+        if kept.engine._ledger is not None and _identity(kept.config, kept.ledger) == kept.seen:
+            return kept.engine
         with _ENGINES_LOCK:
-            if _ENGINES.get(key) is cached:
+            if _ENGINES.get(key) is kept:
                 del _ENGINES[key]
-        engine.close()
+        kept.engine.close()
     engine = Engine.open(home, config, ledger)
     engine.ledger  # noqa: B018 - opened now, so its identity is known
+    paths = _paths(engine)
     with _ENGINES_LOCK:
         if not _ENGINES:
             import atexit
 
             atexit.register(close_all)
-        _ENGINES[key] = (engine, _identity(engine))
-        evicted = [_ENGINES.pop(k)[0] for k in list(_ENGINES)[:-_ENGINES_KEPT]]
-    for old in evicted:  # the least recently used: a process rarely has more homes
+        _ENGINES[key] = _Kept(engine, *paths, _identity(*paths))
+        evicted = [_ENGINES.pop(k).engine for k in list(_ENGINES)[:-_ENGINES_KEPT]]
+    for old in evicted:  # the first opened: a process rarely has more homes
         with contextlib.suppress(Exception):
             old.close()
     return engine
@@ -519,7 +529,7 @@ def close_all() -> None:
     """Close the engines :func:`start` keeps open (done at exit; call it before
     removing a home a process used)."""
     with _ENGINES_LOCK:
-        engines = [engine for pid_key, (engine, _) in _ENGINES.items() if pid_key[0] == os.getpid()]
+        engines = [kept.engine for pid_key, kept in _ENGINES.items() if pid_key[0] == os.getpid()]
         _ENGINES.clear()
     for engine in engines:
         with contextlib.suppress(Exception):
