@@ -19,13 +19,15 @@ if os.environ.get("EFFECT_FAIL") == system:
     print("permission denied", file=sys.stderr); sys.exit(75)
 delay = float(os.environ.get("EFFECT_SLEEP", "0"))
 pid_file = os.environ.get("EFFECT_PIDFILE")
-if pid_file and system == os.environ.get("EFFECT_SLOW", system):
-    open(pid_file, "w").write(str(os.getpgrp()))
 body = open(sys.argv[2]).read().splitlines()[0] if len(sys.argv) > 2 else ""
 pid = f"{system}-{uuid.uuid4().hex[:8]}"
 with open(os.path.join(ext, system + ".log"), "a") as fh:
     fh.write(f"{key}\t{pid}\t{body}\n")
     fh.flush(); os.fsync(fh.fileno())
+# written once the effect has landed: a test that stops or kills the process group
+# when the file appears harms it during the slow part, never between the two writes
+if pid_file and system == os.environ.get("EFFECT_SLOW", system):
+    open(pid_file, "w").write(str(os.getpgrp()))
 if system == os.environ.get("EFFECT_SLOW", ""):
     time.sleep(delay)
 print(pid)
