@@ -38,10 +38,11 @@ class Tx(ABC):
         into dicts (a hot read that builds records from them at once)."""
         return self.rows(sql, params)
 
+    @abstractmethod
     def tuples(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
-        """:meth:`rows` as tuples of the selected columns, in order (a hot read that
-        builds records by position)."""
-        return [tuple(r.values()) for r in self.rows(sql, params)]
+        """The rows as tuples of the selected columns, in order (a hot read that builds
+        records by position). Read from the driver by position, never through
+        :meth:`rows`: a dict per row would merge columns of the same name."""
 
     def final_writes(self) -> AbstractContextManager[object]:
         """The writes that end the transaction, whose results nobody reads: a

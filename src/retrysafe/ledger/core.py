@@ -43,6 +43,7 @@ from .migrations import MIGRATIONS, SCHEMA_TABLE, SCHEMA_VERSION, render, statem
 from .records import (
     OUTCOME_COLUMNS,
     STEP_COLUMNS,
+    STEP_WIDTH,
     AttemptRecord,
     Claim,
     Event,
@@ -116,7 +117,6 @@ _OUTCOME_AND_STEPS = (
     "SELECT " + ", ".join(f"s.{c}" for c in STEP_COLUMNS) + ", "
     + ", ".join(f"o.{c}" for c in OUTCOME_COLUMNS)
     + " FROM rs_outcomes o LEFT JOIN rs_steps s ON s.outcome_key = o.key WHERE o.key = ?")
-_STEPS_WIDTH = len(STEP_COLUMNS)
 
 
 def new_attempt_id() -> str:
@@ -703,7 +703,7 @@ class LedgerCore:
             if not rows:
                 return None, []
             steps = [step_from_values(r) for r in rows if r[0] is not None]
-            return outcome_from_values(rows[0][_STEPS_WIDTH:]), steps
+            return outcome_from_values(rows[0][STEP_WIDTH:]), steps
 
     def require_outcome(self, key: str) -> OutcomeRecord:
         out = self.outcome(key)

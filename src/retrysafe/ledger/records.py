@@ -189,7 +189,8 @@ STEP_COLUMNS = ("step_key", "outcome_key", "name", "item", "kind", "effect_class
                 "attempt_id", "fence", "evidence", "artifact", "checksum", "check_cmd",
                 "connector", "fingerprint", "reason", "cause", "approved_by", "runner_host",
                 "runner_pid", "runner_started", "tries", "updated_at")
-_STEP_WIDTH = len(STEP_COLUMNS)
+#: how many values of a row :func:`step_from_values` reads (a wider row holds more after)
+STEP_WIDTH = len(STEP_COLUMNS)
 
 
 def step_from_row(row: Mapping[str, Any]) -> StepRecord:
@@ -202,7 +203,7 @@ def step_from_values(v: Sequence[Any]) -> StepRecord:
     tuples they are, without keyword matching)."""
     (step_key, outcome_key, name, item, kind, effect_class, state, attempt_id, fence,
      evidence, artifact, checksum, check_cmd, connector, fingerprint, reason, cause,
-     approved_by, runner_host, runner_pid, runner_started, tries, updated_at) = v[:_STEP_WIDTH]
+     approved_by, runner_host, runner_pid, runner_started, tries, updated_at) = v[:STEP_WIDTH]
     runner = (tuple.__new__(Holder, (runner_host, runner_pid, runner_started))
               if runner_host else None)
     return tuple.__new__(StepRecord, (
