@@ -165,3 +165,40 @@ def test_doctor_on_a_mistyped_home_reports_it_and_creates_nothing(tmp_path: Path
     ok = fresh.run("doctor", "--json")
     assert ok.returncode == 0 and json.loads(ok.stdout)["ok"] is True
     assert sorted(p.name for p in fresh.path.iterdir()) == []
+
+
+def test_doctor_fails_on_a_damaged_ledger_and_its_advice_works(ready: Home) -> None:
+    """A ledger file whose pages SQLite's quick_check finds damaged (here its header
+    counts free pages that do not exist, which every command still opens) is a
+    failed check, exit 1, with what to do; doing it (export, then move the file
+    aside and recover) gets the outcomes back into a ledger doctor passes."""
+    import sqlite3
+
+    db = ready.path / "ledger.sqlite3"
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    with db.open("r+b") as f:
+        f.seek(36)  # the header's count of free pages
+        f.write((5).to_bytes(4, "big"))
+    proc = ready.run("doctor", "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is False and report["integrity"] == "damaged"
+    (problem,) = report["problems"]
+    assert "freelist" in problem and "retrysafe recover" in problem
+    text = ready.run("doctor")
+    assert text.returncode == 1
+    assert [ln for ln in text.stdout.splitlines() if ln.startswith("problem ")] == [
+        f"{'problem':20} {problem}"]
+
+    assert ready.run("export", str(ready.path.parent / "saved.jsonl")).returncode == 0
+    aside = ready.path.parent / "aside"
+    aside.mkdir()
+    for f in ready.path.glob("ledger.sqlite3*"):
+        f.rename(aside / f.name)
+    assert ready.run("recover").returncode == 0
+    after = ready.run("doctor", "--json")
+    assert after.returncode == 0 and json.loads(after.stdout)["integrity"] == "ok"
+    status = ready.run("status", "report:2026-W02", "--json")
+    assert status.returncode == 0 and json.loads(status.stdout)["outcome"]["state"] == "done"

@@ -94,6 +94,7 @@ def doctor(as_json: bool) -> None:
             ledger = engine.existing_ledger()
             report.update({"ledger": ledger.url, "schema_version": ledger.schema_version(),
                            "code_schema_version": SCHEMA_VERSION, **ledger.backend.health()})
+            ok = not report.get("problems")
         except Exception as exc:  # noqa: BLE001 - doctor reports, it does not crash
             ok = False
             report["ledger_error"] = _scrubbed(str(exc), settings.ledger_url)
@@ -102,7 +103,8 @@ def doctor(as_json: bool) -> None:
         emit_json(report)
     else:
         for k, v in report.items():
-            click.echo(f"{k:20} {v}")
+            for line in v if isinstance(v, list) and k == "problems" else [v]:
+                click.echo(f"{'problem' if k == 'problems' else k:20} {line}")
     sys.exit(0 if ok else EXIT_FAILED)
 
 

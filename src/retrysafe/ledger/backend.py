@@ -109,6 +109,8 @@ class Backend(ABC):
         return self.transaction(write=True)
 
     def health(self) -> dict[str, Any]:
+        """Facts about the database for ``doctor``; ``"problems"``, when present,
+        lists what is wrong with it (each with what to do), and makes doctor fail."""
         return {}
 
     def iter_split(self, script: str) -> Iterator[str]:
