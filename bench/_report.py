@@ -294,7 +294,7 @@ def scale_lines(scale: dict[str, Any]) -> list[str]:
         f"| widest folder under `runs/`, after {foot['outcomes']} and {2 * foot['outcomes']} "
         f"outcomes | {w1:,} and {w2:,} entries | does not grow | {_ok(w2 <= w1)} |", "",
         f"Latency on the ledgers `bench/dashboard.py` builds, medians of {scale['runs']} "
-        f"interleaved rounds ({scale['slow_runs']} for `doctor` and `metrics`); commands are "
+        f"interleaved rounds ({scale['slow_runs']} for `doctor`); commands are "
         "wall time with cached bytecode, API calls the mean of "
         f"{scale['calls']} calls per round in one process. The ratio is the median of the "
         f"per-round ratios, {max(sizes.values()):,} outcomes to {min(sizes.values()):,}.", "",

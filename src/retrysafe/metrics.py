@@ -7,7 +7,8 @@ skips, blocks) and the attempts by state are counted incrementally
 later one only the history rows written since (a range of their primary key),
 so a scrape costs what happened since the last one, not the size of the
 ledger. The dashboard keeps the counts in memory; ``retrysafe metrics
---textfile FILE`` keeps them in a state file next to FILE. Pruning never
+--textfile FILE`` keeps them in a state file next to FILE, plain ``retrysafe
+metrics`` in the home's ``runs/.metrics.state``. Pruning never
 lowers a counter; a counter starts again from what the history holds only
 when the ledger is another one (its identity, :mod:`retrysafe.identity`).
 
@@ -16,6 +17,7 @@ Needs the ``ui`` extra (``prometheus_client``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -34,7 +36,8 @@ from .states import OutcomeState
 if TYPE_CHECKING:
     from .ledger import Ledger
 
-__all__ = ["HistoryCounts", "LedgerCollector", "render", "state_path", "write_textfile"]
+__all__ = ["HOME_STATE", "HistoryCounts", "LedgerCollector", "render", "render_kept", "state_path",
+           "write_textfile"]
 
 GAP_WINDOW = 1000
 """On PostgreSQL a history row id can become visible after higher ones (ids are
@@ -261,6 +264,34 @@ def state_path(textfile: Path) -> Path:
     return textfile.with_name(f".{textfile.name}.state")
 
 
+HOME_STATE = ".metrics.state"
+"""The file under a home's ``runs/`` where plain ``retrysafe metrics`` keeps its counts."""
+
+
+def _kept(state: Path) -> HistoryCounts:
+    """The counts a state file holds (nothing counted yet without a readable one)."""
+    try:
+        return HistoryCounts.from_json(state.read_bytes())
+    except OSError:
+        return HistoryCounts()
+
+
+def render_kept(ledger: Ledger, home: Path) -> bytes:
+    """:func:`render`, with the counts carried from one call to the next in the
+    home's ``runs/.metrics.state``, so a call counts the history written since the
+    last one. A home whose ``runs/`` does not exist or cannot be written keeps
+    nothing: each call then counts the whole history, and the figures are the same."""
+    from .fsio import atomic_write_bytes
+
+    state = home / "runs" / HOME_STATE
+    history = _kept(state)
+    text = render(ledger, history)
+    if state.parent.is_dir():
+        with contextlib.suppress(OSError):
+            atomic_write_bytes(state, history.to_json(), mode=0o600)
+    return text
+
+
 def write_textfile(ledger: Ledger, path: Path) -> None:
     """Write :func:`render` to ``path`` for node-exporter's textfile collector:
     a temporary file in the same folder, renamed over it, so the collector never
@@ -270,9 +301,6 @@ def write_textfile(ledger: Ledger, path: Path) -> None:
     from .fsio import atomic_write_bytes
 
     state = state_path(path)
-    try:
-        history = HistoryCounts.from_json(state.read_bytes())
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
-        history = HistoryCounts()
+    history = _kept(state)
     atomic_write_bytes(path, render(ledger, history), mode=0o644)  # the collector runs as its own user
     atomic_write_bytes(state, history.to_json(), mode=0o600)

@@ -176,3 +176,41 @@ def test_prune_never_lowers_a_counter_and_another_ledger_starts_over(home: Home,
     assert other.run("metrics", "--textfile", str(textfile)).returncode == 0
     theirs = history(samples(textfile.read_text()))
     assert theirs == recount(other) == {finished: 1}
+
+
+def test_plain_metrics_carries_its_counts_in_the_home(home: Home) -> None:
+    """Plain ``retrysafe metrics`` keeps its counts in ``runs/.metrics.state``: the
+    next call starts from them (a count planted in the file shows up, so it did not
+    recount) and adds only the history written since. A state file that is not one,
+    or cannot be written, costs a full recount, never a wrong or failed call."""
+    import json
+
+    site = make_site(home)
+    state = home.path / "runs" / ".metrics.state"
+    first = home.run("metrics")
+    assert first.returncode == 0, first.stderr
+    assert history(samples(first.stdout)) == recount(home)
+    kept = json.loads(state.read_text())
+    with home.open_ledger() as ledger:
+        top = max(e.id for o in ledger.outcomes() for e in ledger.history(o.key))
+    assert kept["last_id"] == top
+
+    blocks = ("retrysafe_blocks_total", (("job", "report"),))
+    kept["blocks"]["report"] += 100  # what a recount would not find
+    state.write_text(json.dumps(kept))
+    assert site.run("2026-W33").returncode == 0
+    carried = history(samples(home.run("metrics").stdout))
+    full = recount(home)
+    assert carried[blocks] == full[blocks] + 100
+    assert {k: v for k, v in carried.items() if k != blocks} == \
+        {k: v for k, v in full.items() if k != blocks}
+
+    state.write_bytes(b"\xff not a state file")
+    assert history(samples(home.run("metrics").stdout)) == recount(home)
+    assert json.loads(state.read_text())["last_id"] >= top  # written anew
+
+    state.unlink()
+    state.mkdir()  # neither readable nor replaceable as a file
+    stuck = home.run("metrics")
+    assert stuck.returncode == 0 and stuck.stderr == ""
+    assert history(samples(stuck.stdout)) == recount(home)

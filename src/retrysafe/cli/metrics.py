@@ -28,11 +28,12 @@ def metrics(textfile: Path | None) -> None:
     from ..ui import require_extra
 
     require_extra()
-    from ..metrics import render, write_textfile
+    from ..metrics import render_kept, write_textfile
 
-    ledger = state().engine.existing_ledger()
+    engine = state().engine
+    ledger = engine.existing_ledger()
     if textfile is None:
-        click.echo(render(ledger).decode("utf-8"), nl=False)
+        click.echo(render_kept(ledger, engine.config.settings.home).decode("utf-8"), nl=False)
         return
     try:
         write_textfile(ledger, textfile)
