@@ -127,6 +127,24 @@ def test_import_refuses_a_non_empty_ledger_and_merge_refuses_a_shared_key(tmp_pa
         e["row"]["reason"] for e in others if e.get("table") == "rs_events"
         and e["row"]["outcome_key"] == "pay:1"]
 
+    # the notifications came along, each naming its transition's new history row
+    theirs = {ln["row"]["id"]: ln["row"] for ln in others if ln.get("table") == "rs_events"}
+    sent = [ln["row"] for ln in others if ln.get("table") == "rs_notifications"]
+    assert "pay:1" in {n["outcome_key"] for n in sent}  # blocked: its notification is pending
+    from retrysafe.ledger.transfer import rows_of
+
+    with target.open_ledger() as ledger, ledger.backend.transaction(write=False) as tx:
+        ours = {r["id"]: r for r in rows_of(tx, "rs_events")}
+        notes = rows_of(tx, "rs_notifications")
+    assert len(notes) == len(sent)
+    for before, after in zip(sorted(sent, key=lambda n: n["id"]),
+                             sorted(notes, key=lambda n: n["id"]), strict=True):
+        assert {k: v for k, v in after.items() if k not in ("id", "event_id")} == \
+            {k: v for k, v in before.items() if k not in ("id", "event_id")}
+        old, new = theirs[before["event_id"]], ours[after["event_id"]]
+        assert (new["outcome_key"], new["kind"], new["to_state"], new["at"]) == \
+            (old["outcome_key"], old["kind"], old["to_state"], old["at"])
+
 
 def test_import_refuses_a_file_that_is_not_an_export(home: Home, tmp_path: Path) -> None:
     """A file without the header, or with another schema version, is refused with one line."""

@@ -207,24 +207,33 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
         event_cols = columns if keep_ids else tuple(c for c in columns if c != "id")
         sql = (f"INSERT INTO rs_events ({', '.join(event_cols)})"
                f" VALUES ({', '.join('?' * len(event_cols))})")
+        renumbered: dict[int, int] = {}  # merging: the file's history id -> the ledger's
         for row in sorted(rows["rs_events"], key=lambda r: int(r["id"])):
-            tx.run(sql, tuple(row[c] for c in event_cols))
+            values = tuple(row[c] for c in event_cols)
+            if keep_ids:
+                tx.run(sql, values)
+            else:
+                got = tx.one(sql + " RETURNING id", values)
+                assert got is not None
+                renumbered[int(row["id"])] = int(got["id"])
         if keep_ids and rows["rs_events"] and backend.name == "postgresql":
             tx.rows("SELECT setval(pg_get_serial_sequence('rs_events', 'id'),"
                     " (SELECT MAX(id) FROM rs_events))")
-        # notifications name the history row of their transition: they travel with a
-        # whole ledger; merged into another one, whose history ids differ, they stay behind
-        if keep_ids:
-            columns = TABLES["rs_notifications"][0]
-            sql = (f"INSERT INTO rs_notifications ({', '.join(columns)})"
-                   f" VALUES ({', '.join('?' * len(columns))})")
-            for row in rows["rs_notifications"]:
-                tx.run(sql, tuple(row[c] for c in columns))
-            if rows["rs_notifications"] and backend.name == "postgresql":
-                tx.rows("SELECT setval(pg_get_serial_sequence('rs_notifications', 'id'),"
-                        " (SELECT MAX(id) FROM rs_notifications))")
-        else:
-            rows["rs_notifications"] = []
+        # notifications name the history row of their transition (0: a missed
+        # occurrence, which has none): merged, they name the row's new id, and take
+        # ids of the ledger's own. Their outcomes are new to the ledger (a shared key
+        # is refused above), so their unique key cannot meet one of its rows.
+        columns = TABLES["rs_notifications"][0]
+        note_cols = columns if keep_ids else tuple(c for c in columns if c != "id")
+        sql = (f"INSERT INTO rs_notifications ({', '.join(note_cols)})"
+               f" VALUES ({', '.join('?' * len(note_cols))})")
+        for row in sorted(rows["rs_notifications"], key=lambda r: int(r["id"])):
+            event = int(row["event_id"])
+            tx.run(sql, tuple(renumbered.get(event, event) if c == "event_id" else row[c]
+                              for c in note_cols))
+        if keep_ids and rows["rs_notifications"] and backend.name == "postgresql":
+            tx.rows("SELECT setval(pg_get_serial_sequence('rs_notifications', 'id'),"
+                    " (SELECT MAX(id) FROM rs_notifications))")
         if not merge and identity is not None:
             tx.run("DELETE FROM rs_meta WHERE name = 'identity'")
             tx.run("INSERT INTO rs_meta (name, value) VALUES ('identity', ?)", (identity,))
