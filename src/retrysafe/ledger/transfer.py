@@ -213,9 +213,9 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
             if keep_ids:
                 tx.run(sql, values)
             else:
-                got = tx.one(sql + " RETURNING id", values)
-                assert got is not None
-                renumbered[int(row["id"])] = int(got["id"])
+                added = tx.one(sql + " RETURNING id", values)
+                assert added is not None
+                renumbered[int(row["id"])] = int(added["id"])
         if keep_ids and rows["rs_events"] and backend.name == "postgresql":
             tx.rows("SELECT setval(pg_get_serial_sequence('rs_events', 'id'),"
                     " (SELECT MAX(id) FROM rs_events))")
