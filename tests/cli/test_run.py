@@ -226,6 +226,30 @@ def test_job_add_and_jobs(home: Home) -> None:
     assert home.run("run", "weekly", "-p", "week=2026-W10", "--", "true").returncode == 0
 
 
+def test_job_add_writes_catch_up_and_keep(home: Home) -> None:
+    """--catch-up alone is the default window (true), with a value a count or an age;
+    --keep an age. A window or age the config would refuse is refused before anything
+    is written (exit 2), as is catch-up for a job without a schedule."""
+    common = ["--param", "at=occurrence", "--schedule", "0 3 * * *"]
+    assert home.run("job", "add", "a", "--key", "a:{at}", *common, "--catch-up", "3",
+                    "--keep", "90d").returncode == 0
+    assert home.run("job", "add", "b", "--key", "b:{at}", *common, "--catch-up").returncode == 0
+    assert home.run("job", "add", "c", "--key", "c:{at}", "--catch-up", "36h", *common
+                    ).returncode == 0
+    listed = json.loads(home.run("jobs", "--json").stdout)
+    assert {n: (j["catch_up"], j["keep"]) for n, j in listed.items()} == {
+        "a": ("3", 90 * 86400.0), "b": ("7d", None), "c": ("36h", None)}
+    text = (home.path / "retrysafe.toml").read_text()
+    assert "catch_up = 3\n" in text and "catch_up = true\n" in text and 'keep = "90d"' in text
+    for bad in (["--catch-up", "0"], ["--keep", "soon"], ["--catch-up", "-2d"]):
+        proc = home.run("job", "add", "d", "--key", "d:{at}", *common, *bad)
+        assert proc.returncode == 2 and proc.stderr.startswith("retrysafe: "), bad
+    unscheduled = home.run("job", "add", "e", "--key", "e:{w}", "--param", "w=isoweek",
+                           "--catch-up")
+    assert unscheduled.returncode == 2 and "needs a schedule" in unscheduled.stderr
+    assert (home.path / "retrysafe.toml").read_text() == text
+
+
 def test_demo_runs(home: Home, tmp_path: Path) -> None:
     """The README's first command works and shows each effect once."""
     proc = home.run("demo", "--keep", str(tmp_path / "demo"))

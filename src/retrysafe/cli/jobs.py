@@ -25,7 +25,8 @@ def jobs(as_json: bool) -> None:
     config = state().engine.config
     if as_json:
         emit_json({name: {"key": j.key, "params": dict(j.params), "max_attempts": j.max_attempts,
-                          "lease_seconds": j.lease_seconds, "schedule": j.schedule, "tz": j.tz}
+                          "lease_seconds": j.lease_seconds, "schedule": j.schedule, "tz": j.tz,
+                          "catch_up": j.catch_up.text if j.catch_up else None, "keep": j.keep}
                    for name, j in config.jobs.items()})
         return
     if not config.jobs:
@@ -51,20 +52,33 @@ def job() -> None:
 @click.option("--lease-seconds", type=int, default=None, help="Lease length (default 900).")
 @click.option("--schedule", default=None, metavar="CRON", help="Cron schedule, for occurrence parameters.")
 @click.option("--tz", default=None, metavar="ZONE", help="Time zone of the schedule, e.g. Europe/Warsaw.")
+@click.option("--catch-up", "catch_up", is_flag=False, flag_value="true", default=None,
+              metavar="[WINDOW]",
+              help="Each run first finishes the earlier unfinished occurrences inside WINDOW "
+                   "(an age like 7d, or a number of occurrences; alone: 7d). Needs --schedule "
+                   "and an occurrence parameter.")
+@click.option("--keep", default=None, metavar="AGE",
+              help="How long 'retrysafe prune' keeps this job's outcomes, e.g. 90d.")
 @click.option("--replace", is_flag=True, help="Replace a job of the same name.")
 def add(name: str, template: str, params: tuple[str, ...], max_attempts: int | None,
-        lease_seconds: int | None, schedule: str | None, tz: str | None, replace: bool) -> None:
+        lease_seconds: int | None, schedule: str | None, tz: str | None,
+        catch_up: str | None, keep: str | None, replace: bool) -> None:
     """Write a job into the config (validated first; the file is replaced atomically).
 
     \b
     Example:
       retrysafe job add weekly-ops-report --key 'weekly-ops-report:{week}' --param week=isoweek
+      retrysafe job add nightly --key 'nightly:{at}' --param at=occurrence \\
+        --schedule '0 3 * * *' --tz Europe/Warsaw --catch-up 3 --keep 90d
     """
     st = state()
     config = st.engine.config
     table_: dict[str, Any] = {"key": template, "params": parse_assignments(params, "--param")}
+    window: str | int | bool | None = catch_up
+    if catch_up is not None:  # as the config spells it: true, a count or an age
+        window = True if catch_up == "true" else int(catch_up) if catch_up.isdigit() else catch_up
     for field, value in (("max_attempts", max_attempts), ("lease_seconds", lease_seconds),
-                         ("schedule", schedule), ("tz", tz)):
+                         ("schedule", schedule), ("tz", tz), ("catch_up", window), ("keep", keep)):
         if value is not None:
             table_[field] = value
     parse_job(name, table_)  # refuses before anything is written
