@@ -152,6 +152,85 @@ def rs_engine(sync: str) -> Contestant:
     return run
 
 
+def rs_floor(sync: str) -> Contestant:
+    """Not a way to use retrysafe: the ledger writes of one outcome as the engine makes
+    them (the claim, the intent, the record, the finish: four transactions, the claim's
+    and the finish's without a sync of their own, the same rows, history and triggers),
+    as plain sqlite3 statements on retrysafe's schema, with no engine, no lease, no
+    attempt folder, no checks. Against the peers it shows what the design's durable
+    phases cost before any of the code that runs them."""
+    def run(folder: Path, keys: list[str]) -> tuple[float, float]:
+        import sqlite3
+
+        home = _home(folder, sync)
+        # the schema, migrated as a first run makes it
+        with Engine.open(home) as engine, engine.start("bench", {"run": "schema"}) as r:
+            r.effect("send", "local_write", execute=_execute)
+        conn = sqlite3.connect(home / "ledger.sqlite3", isolation_level=None)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        quiet, durable = "PRAGMA synchronous = NORMAL", f"PRAGMA synchronous = {sync.upper()}"
+        started = "b4f72abc-946b-48f6-a4b3-9a5e3378fdb2:223332"  # a boot id and start ticks
+        x = conn.execute
+
+        def one(k: str) -> None:
+            key, step = f"bench:{k}", f"bench:{k}/send"
+            row = x("SELECT state FROM rs_outcomes WHERE key = ?", (key,)).fetchone()
+            if row is not None and row[0] == "done":
+                return
+            aid, now, pid = uuid.uuid4().hex[:20], time.time(), os.getpid()
+            x(quiet)
+            x("BEGIN IMMEDIATE")
+            x("INSERT INTO rs_outcomes (key, job, params, state, fence, attempts, current_attempt,"
+              " created_at, updated_at) VALUES (?, 'bench', ?, 'running', 1, 1, ?, ?, ?)",
+              (key, f'{{"run":"{k}"}}', aid, now, now))
+            x("INSERT INTO rs_attempts (id, outcome_key, number, fence, state, holder_host,"
+              " holder_pid, holder_started, lease_expires, context, started_at)"
+              " VALUES (?, ?, 1, 1, 'active', 'host', ?, ?, ?, '{}', ?)",
+              (aid, key, pid, started, now + 900, now))
+            x("INSERT INTO rs_events (outcome_key, at, attempt_id, fence, actor, kind, from_state,"
+              " to_state, reason) VALUES (?, ?, ?, 1, 'attempt-1', 'attempt', '', 'active', ?),"
+              " (?, ?, ?, 1, 'attempt-1', 'outcome', 'planned', 'running', '')",
+              (key, now, aid, f"attempt 1 started on host pid {pid}", key, now, aid))
+            x("COMMIT")
+            x(durable)
+            x("INSERT INTO rs_steps (step_key, outcome_key, name, kind, effect_class, state,"
+              " attempt_id, fence, reason, tries, created_at, updated_at, runner_host, runner_pid,"
+              " runner_started) VALUES (?, ?, 'send', 'effect', 'local_write', 'running', ?, 1,"
+              " 'attempt 1 started it', 1, ?, ?, 'host', ?, ?)",
+              (step, key, aid, now, now, pid, started))
+            result = _execute(key)
+            x("BEGIN IMMEDIATE")
+            x("UPDATE rs_steps SET previous_state = state, state = 'done', reason = '',"
+              " evidence = ?, updated_at = ? WHERE step_key = ? AND state = 'running'",
+              (result, now, step))
+            x("INSERT INTO rs_events (outcome_key, at, attempt_id, fence, actor, kind, from_state,"
+              " to_state) VALUES (?, ?, ?, 1, 'attempt-1', 'outcome', 'running', 'delivered')",
+              (key, now, aid))
+            x("UPDATE rs_outcomes SET state = 'delivered', updated_at = ? WHERE key = ?",
+              (now, key))
+            x("COMMIT")
+            x(quiet)
+            x("BEGIN IMMEDIATE")
+            x("UPDATE rs_attempts SET state = 'finished', result = 'done', ended_at = ?"
+              " WHERE id = ?", (now, aid))
+            x("UPDATE rs_outcomes SET state = 'done', updated_at = ?, current_attempt = NULL,"
+              " accepted_attempt = ? WHERE key = ?", (now, aid, key))
+            x("INSERT INTO rs_events (outcome_key, at, attempt_id, fence, actor, kind, from_state,"
+              " to_state, reason) VALUES (?, ?, ?, 1, 'attempt-1', 'attempt', 'active', 'finished',"
+              " 'result done'), (?, ?, ?, 1, 'attempt-1', 'outcome', 'delivered', 'done', '')",
+              (key, now, aid, key, now, aid))
+            x("COMMIT")
+            x(durable)
+
+        one("warm")
+        try:
+            return _timed_twice(keys, one)
+        finally:
+            conn.close()
+    return run
+
+
 def exactly_once(sync: str | None) -> Contestant:
     def run(folder: Path, keys: list[str]) -> tuple[float, float]:
         from exactly_once import Store, once
@@ -218,15 +297,19 @@ def idemkey(sync: str | None) -> Contestant:
     return run
 
 
+FLOOR_LABEL = "retrysafe's ledger writes alone, plain SQL (the floor; not a way to use it)"
+
 #: name -> (label, contestant, needs a peer package, synchronous)
 SQLITE: dict[str, tuple[str, Contestant, str, str]] = {
     "rs_start_full": ("retrysafe `start()` per key", rs_start("full"), "", "FULL"),
     "rs_engine_full": ("retrysafe, one `Engine` reused", rs_engine("full"), "", "FULL"),
+    "rs_floor_full": (FLOOR_LABEL, rs_floor("full"), "", "FULL"),
     "eo_full": ("exactly-once", exactly_once("FULL"), "exactly_once", "FULL"),
     "jo_full": ("justonce", justonce("FULL"), "justonce", "FULL"),
     "ik_full": ("idemkey", idemkey("FULL"), "idemkey", "FULL"),
     "rs_start_normal": ("retrysafe `start()` per key", rs_start("normal"), "", "NORMAL"),
     "rs_engine_normal": ("retrysafe, one `Engine` reused", rs_engine("normal"), "", "NORMAL"),
+    "rs_floor_normal": (FLOOR_LABEL, rs_floor("normal"), "", "NORMAL"),
     "eo_normal": ("exactly-once (its default)", exactly_once(None), "exactly_once", "NORMAL"),
     "jo_normal": ("justonce", justonce("NORMAL"), "justonce", "NORMAL"),
     "ik_normal": ("idemkey", idemkey("NORMAL"), "idemkey", "NORMAL"),
@@ -277,7 +360,7 @@ def _sqlite_targets(rows: dict[str, Any], first: dict[str, list[float]],
     """Each retrysafe contestant against each peer at the same synchronous setting
     (the median of the per-round ratios: each round's contestants ran back to back)."""
     out = []
-    for mine in ("rs_start", "rs_engine"):
+    for mine in ("rs_start", "rs_engine", "rs_floor"):
         for sync in ("full", "normal"):
             me = f"{mine}_{sync}"
             if me not in rows:
@@ -291,6 +374,8 @@ def _sqlite_targets(rows: dict[str, Any], first: dict[str, list[float]],
                 for phase, data in (("first", first), ("rerun", rerun)):
                     t = target if phase == "first" else (TARGET_FULL if sync == "full"
                                                          else None)
+                    if mine == "rs_floor":  # what the design's writes cost: no target of its own
+                        t = None
                     ratio = _paired(data[me], data[other])
                     out.append({"retrysafe": me, "peer": other, "phase": phase,
                                 "ratio": ratio, "target": t,
