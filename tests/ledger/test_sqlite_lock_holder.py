@@ -53,3 +53,30 @@ def test_checkpoint_interval_follows_synchronous(tmp_path: Path, synchronous: st
             assert tx.rows("PRAGMA wal_autocheckpoint")[0]["wal_autocheckpoint"] == interval
     finally:
         backend.close()
+
+
+def test_a_new_ledger_has_small_pages_and_an_old_one_keeps_its_own(tmp_path: Path) -> None:
+    """A new ledger is created with PAGE_SIZE pages (a commit appends each page it
+    changed whole, so small pages write fewer bytes for the same rows); a ledger made
+    with SQLite's default 4096 keeps its pages, and is read and written as before."""
+    import sqlite3
+
+    with open_ledger(f"sqlite:///{tmp_path / 'new.sqlite3'}") as ledger, \
+            ledger.backend.transaction(write=False) as tx:
+        assert tx.rows("PRAGMA page_size")[0]["page_size"] == sqlite_backend.PAGE_SIZE == 1024
+
+    old = tmp_path / "old.sqlite3"
+    conn = sqlite3.connect(old)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE made_before (x INTEGER)")  # the file now has 4096-byte pages
+    conn.close()
+    with open_ledger(f"sqlite:///{old}") as ledger:
+        from retrysafe.ledger import Holder
+
+        claimed = ledger.claim("report:1", job="report", params={"n": "1"},
+                               holder=Holder("host-a", 1001, "boot:1"), lease_seconds=60,
+                               max_attempts=3)
+        with ledger.backend.transaction(write=False) as tx:
+            assert tx.rows("PRAGMA page_size")[0]["page_size"] == 4096
+            assert tx.rows("PRAGMA quick_check")[0]["quick_check"] == "ok"
+        assert claimed.outcome.state == ledger.require_outcome("report:1").state == "running"

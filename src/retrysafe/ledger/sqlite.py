@@ -48,7 +48,14 @@ from .backend import Backend, Tx
 __all__ = ["SqliteBackend"]
 
 BUSY_TIMEOUT_MS = 30_000
-WAL_AUTOCHECKPOINT_NORMAL = 10_000  # pages (about 40 MB of log) between checkpoints
+PAGE_SIZE = 1024
+"""Bytes per page of a new ledger (SQLite's default is 4096). A commit appends every
+page it changed to the log, whole: one outcome changes about 37 pages (rows in four
+tables and their indexes), each a few rows of 100 to 200 bytes, so smaller pages write
+and sync a quarter of the bytes for the same rows (a first run 20% faster at
+``NORMAL``, 11% at ``FULL``; docs/performance.md). A ledger keeps the page size it
+was created with."""
+WAL_AUTOCHECKPOINT_NORMAL = 10_000  # pages between checkpoints (10 MB of log at PAGE_SIZE)
 WAL_SIZE_LIMIT = 64 << 20  # bytes a log is cut back to once checkpointed (a reader held it longer)
 
 
@@ -158,6 +165,7 @@ class SqliteBackend(Backend):
                                        isolation_level=None, check_same_thread=False)
                 conn.row_factory = sqlite3.Row
                 conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # only an empty file takes it
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     raise LedgerError(f"ledger {self.path}: cannot switch to WAL mode ({mode})")
