@@ -1,16 +1,19 @@
 """The ledger's health as Prometheus metrics: ``/metrics`` and ``retrysafe metrics``.
 
-The gauges (outcomes by job and state, what waits for a human) are read from
-the ledger's indexes when asked. The counters (executions, lookups found,
-skips, blocks) and the attempts by state are counted incrementally
-(:class:`HistoryCounts`): the first scrape counts the whole history, each
-later one only the history rows written since (a range of their primary key),
-so a scrape costs what happened since the last one, not the size of the
-ledger. The dashboard keeps the counts in memory; ``retrysafe metrics
---textfile FILE`` keeps them in a state file next to FILE, plain ``retrysafe
-metrics`` in the home's ``runs/.metrics.state``. Pruning never
-lowers a counter; a counter starts again from what the history holds only
-when the ledger is another one (its identity, :mod:`retrysafe.identity`).
+What waits for a human is read from the ledger's indexes when asked (a short
+range). Everything else is carried on from the history (:class:`HistoryCounts`):
+the counters (executions, lookups found, skips, blocks), the attempts by state
+and the outcomes by job and state (each outcome move writes a history row, from
+and to). The first scrape reads them whole; each later one reads only the
+history rows written since (a range of their primary key), so a scrape costs
+what happened since the last one, not the size of the ledger. Writes that add or
+remove outcomes or attempts without history (prune, recover, import) change the
+ledger's mark (``listing.UNLOGGED``), and the gauges are then read whole again.
+The dashboard keeps the counts in memory; ``retrysafe metrics --textfile FILE``
+keeps them in a state file next to FILE, plain ``retrysafe metrics`` in the
+home's ``runs/.metrics.state``. Pruning never lowers a counter; a counter starts
+again from what the history holds only when the ledger is another one (its
+identity, :mod:`retrysafe.identity`).
 
 Needs the ``ui`` extra (``prometheus_client``).
 """
@@ -46,7 +49,7 @@ the newest this many are remembered and looked for again at the next scrapes."""
 GAP_TTL = 600.0
 """Seconds after which a missing id is taken as a rolled-back transaction's."""
 _MAX_GAPS = 10_000
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 2: the outcome gauges too
 
 
 def _add(into: dict[Any, int], delta: dict[Any, int]) -> None:
@@ -67,6 +70,12 @@ class HistoryCounts:
     blocks: dict[str, int] = field(default_factory=dict)
     attempts: dict[tuple[str, str, bool], int] = field(default_factory=dict)
     """attempts by ``(job, attempt state, drill)``"""
+    outcomes: dict[tuple[str, str], int] = field(default_factory=dict)
+    """outcomes by ``(job, state)``, drill trials and ``planned`` left out (those are
+    counted from their index at each scrape: a short range)"""
+    unlogged: str = ""
+    """the ledger's mark of changes without history (listing.UNLOGGED) when the
+    gauges were last read whole"""
     gaps: dict[int, float] = field(default_factory=dict)
     """history row ids not seen yet below ``last_id``, with when they were first missed"""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -87,22 +96,25 @@ class HistoryCounts:
                 self._since(listing, now)
             return HistoryCounts(self.identity, self.last_id, dict(self.executions),
                                  dict(self.lookups_found), dict(self.skips), dict(self.blocks),
-                                 dict(self.attempts), dict(self.gaps))
+                                 dict(self.attempts), dict(self.outcomes), self.unlogged,
+                                 dict(self.gaps))
 
     # --- the steps of an update ---------------------------------------------------------
 
     def _first(self, listing: Listing, identity: str | None, now: float) -> None:
-        """Count the whole history: attempts as the ledger holds them, and every
-        history row up to the highest id read with them."""
+        """Count the whole history: attempts and outcomes as the ledger holds them,
+        and every history row up to the highest id read with them."""
         fresh = HistoryCounts(identity=identity)
-        fresh.attempts, hw = listing.attempt_counts()
-        fresh._count(listing, 0, hw, now, attempts=False)
+        gauges = listing.gauges()
+        fresh.attempts, fresh.outcomes, fresh.unlogged = (gauges.attempts, gauges.outcomes,
+                                                          gauges.unlogged)
+        fresh._count(listing, 0, gauges.hw, now, attempts=False)
         for name in ("identity", "last_id", "executions", "lookups_found", "skips", "blocks",
-                     "attempts", "gaps"):
+                     "attempts", "outcomes", "unlogged", "gaps"):
             setattr(self, name, getattr(fresh, name))
 
     def _since(self, listing: Listing, now: float) -> None:
-        hw, attempts_held = listing.horizon()
+        hw, unlogged = listing.horizon()
         if self.gaps:  # late commits (PostgreSQL) below what was counted
             found = listing.present(sorted(self.gaps))
             self._apply(listing.history_delta(ids=found), attempts=True)
@@ -112,11 +124,14 @@ class HistoryCounts:
                 if now - since > GAP_TTL:
                     del self.gaps[i]
         self._count(listing, self.last_id, hw, now, attempts=True)
-        if sum(self.attempts.values()) != attempts_held:
-            # attempts removed (prune) or written without history (recover): read them
-            # again; the counters keep what they counted, so none goes down
-            self.attempts, top = listing.attempt_counts()
-            self._count(listing, self.last_id, top, now, attempts=False)
+        if unlogged != self.unlogged:
+            # outcomes or attempts removed (prune) or written without history (recover,
+            # import): read the gauges again; the counters keep what they counted, so
+            # none goes down
+            gauges = listing.gauges()
+            self.attempts, self.outcomes, self.unlogged = (gauges.attempts, gauges.outcomes,
+                                                           gauges.unlogged)
+            self._count(listing, self.last_id, gauges.hw, now, attempts=False)
 
     def _count(self, listing: Listing, after: int, upto: int, now: float, *,
                attempts: bool) -> None:
@@ -149,6 +164,9 @@ class HistoryCounts:
             _add(self.attempts, delta.attempts)
             for k in [k for k, n in self.attempts.items() if n == 0]:
                 del self.attempts[k]
+            _add(self.outcomes, delta.outcomes)
+            for o in [o for o, n in self.outcomes.items() if n == 0]:
+                del self.outcomes[o]
 
     # --- kept in a file (retrysafe metrics --textfile) ----------------------------------
 
@@ -158,6 +176,8 @@ class HistoryCounts:
             "executions": [[*k, n] for k, n in sorted(self.executions.items())],
             "lookups_found": self.lookups_found, "skips": self.skips, "blocks": self.blocks,
             "attempts": [[j, s, d, n] for (j, s, d), n in sorted(self.attempts.items())],
+            "outcomes": [[j, s, n] for (j, s), n in sorted(self.outcomes.items())],
+            "unlogged": self.unlogged,
             "gaps": [[i, t] for i, t in sorted(self.gaps.items())],
         }, sort_keys=True).encode("utf-8")
 
@@ -175,6 +195,8 @@ class HistoryCounts:
                 skips={str(j): int(n) for j, n in d["skips"].items()},
                 blocks={str(j): int(n) for j, n in d["blocks"].items()},
                 attempts={(str(j), str(s), bool(dr)): int(n) for j, s, dr, n in d["attempts"]},
+                outcomes={(str(j), str(s)): int(n) for j, s, n in d["outcomes"]},
+                unlogged=str(d["unlogged"]),
                 gaps={int(i): float(t) for i, t in d["gaps"]},
             )
         except (ValueError, TypeError, KeyError, AttributeError):
@@ -194,8 +216,9 @@ class LedgerCollector(Collector):
         t0 = time.perf_counter()
         listing = Listing(self.ledger.backend)
         h = self.history.update(self.ledger)
-        with listing.backend.transaction(write=False) as tx:
-            counted = listing._outcome_counts(tx, drills=False)
+        counted = dict(h.outcomes)
+        counted.update({(job, OutcomeState.PLANNED.value): n
+                        for job, n in listing.planned_counts().items()})
         waiting = self.ledger.retention.attention_counts()
         first = self.ledger.retention.attention_page(limit=1).waiting
 

@@ -33,6 +33,7 @@ from .folders import JOURNAL
 from .fsio import sha256_file
 from .keys import step_key, unslug
 from .ledger import Ledger
+from .ledger.listing import note_unlogged
 from .ledger.records import dumps
 from .states import AttemptState, OutcomeState, StepState
 
@@ -311,6 +312,7 @@ def write(ledger: Ledger, recovered: Recovered) -> None:
         if tx.one("SELECT 1 AS one FROM rs_outcomes LIMIT 1") is not None:
             raise InvalidInput("the ledger already records outcomes: recover rebuilds only an "
                                "empty ledger (export it first if it should be kept)")
+        note_unlogged(tx)  # outcomes and attempts with no history rows of their own
         now = tx.now
         for out in recovered.outcomes:
             last = max((n for n, _, _, _ in out.attempts), default=0)

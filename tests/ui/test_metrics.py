@@ -79,11 +79,12 @@ def test_metrics_textfile_into_a_missing_folder_is_one_line_exit_2(home: Home, t
 
 
 HISTORY = ("retrysafe_executions_total", "retrysafe_lookups_found_total", "retrysafe_skips_total",
-           "retrysafe_blocks_total", "retrysafe_attempts")
+           "retrysafe_blocks_total", "retrysafe_attempts", "retrysafe_outcomes")
 
 
 def history(figures: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[object, float]:
-    """The counters and the attempts gauge, the figures counted incrementally (zeros left out)."""
+    """The counters and the attempts and outcomes gauges, the figures carried on from
+    the history (zeros left out)."""
     return {k: v for k, v in figures.items() if k[0] in HISTORY and v}
 
 
@@ -102,6 +103,8 @@ def recount(home: Home) -> dict[object, float]:
             out[(name, (("job", job),))] = n
     for (job, state), n in t.attempts.items():
         out[("retrysafe_attempts", (("job", job), ("state", state)))] = n
+    for (job, state), n in t.outcomes.items():
+        out[("retrysafe_outcomes", (("job", job), ("state", state)))] = n
     return {k: v for k, v in out.items() if v}
 
 
@@ -159,9 +162,12 @@ def test_prune_never_lowers_a_counter_and_another_ledger_starts_over(home: Home,
 
     assert home.run("metrics", "--textfile", str(textfile)).returncode == 0
     after = history(samples(textfile.read_text()))
-    assert {k: v for k, v in after.items() if k[0] != "retrysafe_attempts"} == \
-        {k: v for k, v in before.items() if k[0] != "retrysafe_attempts"}
+    gauges = ("retrysafe_attempts", "retrysafe_outcomes")
+    assert {k: v for k, v in after.items() if k[0] not in gauges} == \
+        {k: v for k, v in before.items() if k[0] not in gauges}
     assert after.get(finished, 0) == recount(home).get(finished, 0) < before[finished]
+    assert {k: v for k, v in after.items() if k[0] == "retrysafe_outcomes"} == \
+        {k: v for k, v in recount(home).items() if k[0] == "retrysafe_outcomes"}
 
     assert site.run("2026-W35").returncode == 0
     assert home.run("metrics", "--textfile", str(textfile)).returncode == 0
@@ -175,7 +181,8 @@ def test_prune_never_lowers_a_counter_and_another_ledger_starts_over(home: Home,
     assert other.run("run", "report", "-p", "week=2026-W40", "--", "true").returncode == 0
     assert other.run("metrics", "--textfile", str(textfile)).returncode == 0
     theirs = history(samples(textfile.read_text()))
-    assert theirs == recount(other) == {finished: 1}
+    done = ("retrysafe_outcomes", (("job", "report"), ("state", "done")))
+    assert theirs == recount(other) == {finished: 1, done: 1}
 
 
 def test_plain_metrics_carries_its_counts_in_the_home(home: Home) -> None:
@@ -196,14 +203,24 @@ def test_plain_metrics_carries_its_counts_in_the_home(home: Home) -> None:
     assert kept["last_id"] == top
 
     blocks = ("retrysafe_blocks_total", (("job", "report"),))
+    done = ("retrysafe_outcomes", (("job", "report"), ("state", "done")))
     kept["blocks"]["report"] += 100  # what a recount would not find
+    kept["outcomes"] = [[j, st, n + 100 if st == "done" else n] for j, st, n in kept["outcomes"]]
     state.write_text(json.dumps(kept))
     assert site.run("2026-W33").returncode == 0
     carried = history(samples(home.run("metrics").stdout))
     full = recount(home)
-    assert carried[blocks] == full[blocks] + 100
-    assert {k: v for k, v in carried.items() if k != blocks} == \
-        {k: v for k, v in full.items() if k != blocks}
+    assert (carried[blocks], carried[done]) == (full[blocks] + 100, full[done] + 100)
+    assert {k: v for k, v in carried.items() if k not in (blocks, done)} == \
+        {k: v for k, v in full.items() if k not in (blocks, done)}
+
+    # a prune removes outcomes without history rows: the gauges are read whole again
+    # (the planted count goes), the counters keep what they counted
+    assert home.run("prune", "--older-than", "0s", "--state", "done").returncode == 0
+    pruned = history(samples(home.run("metrics").stdout))
+    assert done not in pruned and pruned[blocks] == carried[blocks]
+    assert {k: v for k, v in pruned.items() if k[0] == "retrysafe_outcomes"} == \
+        {k: v for k, v in recount(home).items() if k[0] == "retrysafe_outcomes"}
 
     state.write_bytes(b"\xff not a state file")
     assert history(samples(home.run("metrics").stdout)) == recount(home)
@@ -214,3 +231,60 @@ def test_plain_metrics_carries_its_counts_in_the_home(home: Home) -> None:
     stuck = home.run("metrics")
     assert stuck.returncode == 0 and stuck.stderr == ""
     assert history(samples(stuck.stdout)) == recount(home)
+
+
+def test_outcome_gauges_carried_on_from_the_history_equal_the_ledger(any_home: Home,
+                                                                    tmp_path: Path) -> None:
+    """The outcomes by job and state are carried on from the history between calls, and
+    after each kind of write equal what the ledger holds: new outcomes, a block and its
+    resolution, an outcome approved ahead of its first run (planned: inserted without a
+    history row), a drill trial (never counted), outcomes merged in by an import (the
+    ledger's mark of writes without history changes, so the gauges are read whole)."""
+    site = make_site(any_home)
+
+    def gauges() -> dict[object, float]:
+        got = any_home.run("metrics")
+        assert got.returncode == 0, got.stderr
+        return {k: v for k, v in history(samples(got.stdout)).items()
+                if k[0] == "retrysafe_outcomes"}
+
+    def ledger() -> dict[object, float]:
+        return {k: v for k, v in recount(any_home).items() if k[0] == "retrysafe_outcomes"}
+
+    def outcome(state: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return ("retrysafe_outcomes", (("job", "report"), ("state", state)))
+
+    first = gauges()
+    assert first == ledger() and first[outcome("done")] == 1 and first[outcome("blocked")] == 1
+
+    assert any_home.run("resolve", KEY, "send", "--found", "msg-4711").returncode == 0
+    assert site.run("2026-W32").returncode == 0
+    assert site.run("2026-W33").returncode == 0
+    approved = any_home.run("approve", "report:2026-W40", "send", "--new", "--job", "report",
+                            "-p", "week=2026-W40")
+    assert approved.returncode == 0, approved.stderr
+    trial = site.run("2026-W41", env={"RETRYSAFE_DRILL_TRIAL": "t1"})
+    assert trial.returncode == 0, trial.stderr
+    second = gauges()
+    assert second == ledger()
+    assert (second[outcome("done")], second[outcome("planned")]) == (3, 1)
+    assert outcome("blocked") not in second
+
+    assert site.run("2026-W40").returncode == 0  # the planned one runs: planned -> done
+    third = gauges()
+    assert third == ledger() and outcome("planned") not in third
+    assert third[outcome("done")] == 4
+
+    other = Home(tmp_path / "other", ledger=any_home.ledger)
+    other.path.mkdir()
+    other.config("[jobs.other]\nkey = \"other:{n}\"\nparams = { n = \"int\" }\n")
+    if any_home.ledger is None:  # a SQLite ledger of its own, exported and merged in
+        assert other.run("run", "other", "-p", "n=1", "--", "true").returncode == 0
+        assert other.run("run", "other", "-p", "n=2", "--", "false").returncode == 1
+        dump = tmp_path / "other.jsonl"
+        assert other.run("export", str(dump)).returncode == 0
+        assert any_home.run("import", "--merge", str(dump)).returncode == 0
+        merged = gauges()
+        assert merged == ledger()
+        assert merged[("retrysafe_outcomes", (("job", "other"), ("state", "done")))] == 1
+        assert merged[("retrysafe_outcomes", (("job", "other"), ("state", "failed")))] == 1

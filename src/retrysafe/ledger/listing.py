@@ -15,7 +15,8 @@ from ..keys import DRILL_MARK
 from .backend import Backend, Tx
 from .records import OutcomeRecord, outcome_from_row
 
-__all__ = ["Cursor", "HistoryDelta", "Listing", "OutcomePage", "Totals"]
+__all__ = ["UNLOGGED", "Cursor", "Gauges", "HistoryDelta", "Listing", "OutcomePage", "Totals",
+           "note_unlogged"]
 
 
 class Cursor(NamedTuple):
@@ -60,6 +61,38 @@ class HistoryDelta(NamedTuple):
     attempts: dict[tuple[str, str, bool], int]
     """the change of attempts by ``(job, attempt state, drill)``: +1 to a state an
     attempt entered, -1 from the one it left"""
+    outcomes: dict[tuple[str, str], int]
+    """the change of outcomes (drill trials left out) by ``(job, state)``, ``planned``
+    left out: a new outcome is inserted already claimed, with the history row
+    ``planned`` -> ``running``, so only the counts of the index know the planned ones"""
+
+
+class Gauges(NamedTuple):
+    """What the ledger holds, counted in one snapshot, and how far the history had
+    reached then: where :class:`HistoryDelta` stretches carry the counts on from."""
+
+    attempts: dict[tuple[str, str, bool], int]
+    outcomes: dict[tuple[str, str], int]
+    """outcomes by ``(job, state)``, drill trials and ``planned`` left out"""
+    hw: int
+    """the highest history row id"""
+    unlogged: str
+    """the ledger's :data:`UNLOGGED` mark"""
+
+
+UNLOGGED = "unlogged"
+"""The ``rs_meta`` row given a new value by every write that adds or removes outcomes
+or attempts without their history rows (prune, recover, import): counts carried on
+from the history (:class:`Gauges`) are read again when it changed."""
+
+
+def note_unlogged(tx: Tx) -> None:
+    """Mark, in ``tx``, that outcomes or attempts changed without their history."""
+    import os
+
+    tx.run("INSERT INTO rs_meta (name, value) VALUES (?, ?)"
+           " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+           (UNLOGGED, os.urandom(8).hex()))
 
 
 _FOUND = "found by %"
@@ -184,28 +217,62 @@ class Listing:
 
     # --- the history, counted a stretch at a time (metrics.HistoryCounts) -------------
 
-    def horizon(self) -> tuple[int, int]:
-        """The highest history row id and the number of attempts, in one statement
-        (one snapshot): what the history has reached and what it should account for."""
+    def horizon(self) -> tuple[int, str]:
+        """The highest history row id and the :data:`UNLOGGED` mark, in one statement
+        (one snapshot): what the history has reached, and whether anything changed
+        besides it. Reads two rows, whatever the size of the ledger."""
         with self.backend.transaction(write=False) as tx:
             row = tx.one("SELECT (SELECT MAX(id) FROM rs_events) AS hw,"
-                         " (SELECT COUNT(*) FROM rs_attempts) AS n")
-        return (int(row["hw"] or 0), int(row["n"] or 0)) if row else (0, 0)
+                         " (SELECT value FROM rs_meta WHERE name = ?) AS mark", (UNLOGGED,))
+        return (int(row["hw"] or 0), str(row["mark"] or "")) if row else (0, "")
 
-    def attempt_counts(self) -> tuple[dict[tuple[str, str, bool], int], int]:
-        """Attempts by ``(job, attempt state, drill)`` and the highest history row id
-        they account for, read in one statement. Reads every attempt: done once,
-        then kept up to date with :meth:`history_delta`."""
+    def gauges(self) -> Gauges:
+        """Attempts and outcomes as the ledger holds them, the history's highest row
+        id and the :data:`UNLOGGED` mark, in one statement (one snapshot). Reads
+        every attempt and every outcome's index entry: done once, then carried on
+        with :meth:`history_delta`."""
         with self.backend.transaction(write=False) as tx:
             rows = tx.rows(
-                f"SELECT o.job AS job, t.state AS state, {_DRILL} AS drill, COUNT(*) AS n,"
-                " (SELECT MAX(id) FROM rs_events) AS hw FROM rs_attempts t"
-                " JOIN rs_outcomes o ON o.key = t.outcome_key GROUP BY 1, 2, 3")
-            if not rows:  # no attempt: nothing to keep in step with the history
-                top = tx.one("SELECT MAX(id) AS hw FROM rs_events")
-                return {}, int(top["hw"] or 0) if top else 0
-        return ({(r["job"], r["state"], bool(r["drill"])): int(r["n"]) for r in rows},
-                max(int(r["hw"] or 0) for r in rows))
+                # the drill pattern is written out as in the partial index's WHERE
+                f"SELECT 'a' AS what, o.job AS job, t.state AS state, {_DRILL} AS drill,"
+                " COUNT(*) AS n FROM rs_attempts t JOIN rs_outcomes o ON o.key = t.outcome_key"
+                " GROUP BY o.job, t.state, 4"
+                " UNION ALL SELECT 'o', job, state, 0, COUNT(*) FROM rs_outcomes"
+                " WHERE state <> 'planned' GROUP BY job, state"
+                f" UNION ALL SELECT 'd', job, state, 1, COUNT(*) FROM rs_outcomes"
+                f" WHERE key LIKE '%{DRILL_MARK}%' GROUP BY job, state"
+                " UNION ALL SELECT 'h', '', COALESCE((SELECT value FROM rs_meta WHERE name = ?),"
+                " ''), 0, COALESCE((SELECT MAX(id) FROM rs_events), 0)", (UNLOGGED,))
+        attempts: dict[tuple[str, str, bool], int] = {}
+        outcomes: dict[tuple[str, str], int] = {}
+        hw, mark = 0, ""
+        for r in rows:
+            what, n = r["what"], int(r["n"])
+            if what == "a":
+                attempts[(r["job"], r["state"], bool(r["drill"]))] = n
+            elif what == "o":
+                outcomes[(r["job"], r["state"])] = outcomes.get((r["job"], r["state"]), 0) + n
+            elif what == "d" and r["state"] != "planned":
+                outcomes[(r["job"], r["state"])] = outcomes.get((r["job"], r["state"]), 0) - n
+            elif what == "h":
+                hw, mark = n, str(r["state"])
+        return Gauges(attempts, {k: n for k, n in outcomes.items() if n > 0}, hw, mark)
+
+    def planned_counts(self) -> dict[str, int]:
+        """Planned outcomes by job (drill trials left out): for each job a range of the
+        ``(job, state)`` index, as long as the outcomes waiting to start, less the
+        planned trials of the drill index."""
+        with self.backend.transaction(write=False) as tx:
+            out: dict[str, int] = {}
+            for job in [r["job"] for r in tx.rows("SELECT DISTINCT job FROM rs_outcomes")]:
+                row = tx.one("SELECT COUNT(*) AS n FROM rs_outcomes WHERE job = ? AND state = ?",
+                             (job, "planned"))
+                if row and int(row["n"]):
+                    out[job] = int(row["n"])
+            for r in tx.rows(_DRILL_COUNTS):
+                if r["state"] == "planned" and r["job"] in out:
+                    out[r["job"]] -= int(r["n"])
+        return {job: n for job, n in out.items() if n > 0}
 
     def event_ids(self, after: int, upto: int) -> list[int]:
         """The ids of the history rows in ``(after, upto]`` (a range of the primary key)."""
@@ -227,8 +294,8 @@ class Listing:
         those rows) add to the counters: a range of the primary key, each row joined
         to its outcome (and step, attempt) by their keys, so the cost follows the
         rows asked for, not the size of the ledger. ``attempts``: also how the
-        rows moved attempts between states."""
-        delta = HistoryDelta({}, {}, {}, {}, {})
+        rows moved attempts and outcomes between states (the gauges)."""
+        delta = HistoryDelta({}, {}, {}, {}, {}, {})
         if ids is not None:
             if not ids:
                 return delta
@@ -249,6 +316,14 @@ class Listing:
                         if state:
                             k = (r["job"], state, bool(r["drill"]))
                             delta.attempts[k] = delta.attempts.get(k, 0) + sign * int(r["n"])
+                for r in tx.rows(
+                    "SELECT o.job AS job, e.from_state AS frm, e.to_state AS tos, COUNT(*) AS n"
+                    " FROM rs_events e JOIN rs_outcomes o ON o.key = e.outcome_key"
+                    f" WHERE {span} AND e.kind = 'outcome'{nodrill} GROUP BY 1, 2, 3", sp):
+                    for state, sign in ((r["frm"], -1), (r["tos"], 1)):
+                        if state and state != "planned":
+                            moved = (str(r["job"]), str(state))
+                            delta.outcomes[moved] = delta.outcomes.get(moved, 0) + sign * int(r["n"])
             for r in tx.rows(
                 "SELECT o.job AS job, s.kind AS kind, COUNT(*) AS n FROM rs_events e"
                 " JOIN rs_steps s ON s.step_key = e.step_key"

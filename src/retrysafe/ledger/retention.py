@@ -17,7 +17,7 @@ from ..errors import InvalidInput
 from ..keys import DRILL_MARK
 from ..states import AttemptState, OutcomeState
 from .backend import Backend, Tx
-from .listing import Cursor
+from .listing import Cursor, note_unlogged
 from .records import OutcomeRecord, StepRecord, outcome_from_row, step_from_row
 
 __all__ = ["PROTECTED_STATES", "AttentionPage", "PruneResult", "Retention", "Waiting"]
@@ -225,6 +225,7 @@ class Retention:
                 if on_batch is not None:
                     on_batch({t: rows_of(tx, t, keys) for t in TABLES})
                 marks = ", ".join("?" * len(keys))
+                note_unlogged(tx)  # outcomes and attempts gone, their history with them
                 for table in ("rs_notifications", "rs_events", "rs_steps", "rs_attempts"):
                     counts[table] += tx.run(f"DELETE FROM {table} WHERE outcome_key IN ({marks})",
                                             tuple(keys))

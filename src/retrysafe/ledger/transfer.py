@@ -23,6 +23,7 @@ from typing import IO, Any, NamedTuple
 from ..errors import InvalidInput
 from .backend import Tx
 from .core import LedgerCore
+from .listing import note_unlogged
 from .migrations import SCHEMA_VERSION
 
 __all__ = ["FORMAT", "TABLES", "Loaded", "dump", "header", "load", "read_file", "rows_of",
@@ -189,6 +190,7 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
                                    "import into an empty ledger, or add --merge")
         else:
             _refuse_conflicts(tx, rows)
+        note_unlogged(tx)  # rows whose history may be elsewhere (a prune --export file)
         for table in ("rs_outcomes", "rs_attempts", "rs_steps"):
             columns = TABLES[table][0]
             # SQLite's triggers write a history row for a step inserted with an
