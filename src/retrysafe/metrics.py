@@ -291,12 +291,28 @@ HOME_STATE = ".metrics.state"
 """The file under a home's ``runs/`` where plain ``retrysafe metrics`` keeps its counts."""
 
 
+_STATE_MAX = 16 << 20
+"""Bytes read of a state file at most (one holds at most _MAX_GAPS missing ids)."""
+
+
 def _kept(state: Path) -> HistoryCounts:
-    """The counts a state file holds (nothing counted yet without a readable one)."""
+    """The counts a state file holds: nothing counted yet without a readable one, or
+    when the name is a link or not a regular file (a link to a device would never
+    end)."""
+    import os
+    import stat
+
     try:
-        return HistoryCounts.from_json(state.read_bytes())
+        fd = os.open(state, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return HistoryCounts()
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return HistoryCounts()
+            return HistoryCounts.from_json(fh.read(_STATE_MAX + 1))
+        except OSError:
+            return HistoryCounts()
 
 
 def render_kept(ledger: Ledger, home: Path) -> bytes:

@@ -227,6 +227,12 @@ def test_plain_metrics_carries_its_counts_in_the_home(home: Home) -> None:
     assert json.loads(state.read_text())["last_id"] >= top  # written anew
 
     state.unlink()
+    state.symlink_to("/dev/zero")  # read through, it would never end
+    linked = home.run("metrics", timeout=60)
+    assert linked.returncode == 0 and history(samples(linked.stdout)) == recount(home)
+    assert not state.is_symlink() and json.loads(state.read_text())["last_id"] >= top
+
+    state.unlink()
     state.mkdir()  # neither readable nor replaceable as a file
     stuck = home.run("metrics")
     assert stuck.returncode == 0 and stuck.stderr == ""
