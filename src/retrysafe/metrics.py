@@ -306,13 +306,14 @@ def _kept(state: Path) -> HistoryCounts:
         fd = os.open(state, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return HistoryCounts()
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return HistoryCounts()
-            return HistoryCounts.from_json(fh.read(_STATE_MAX + 1))
-        except OSError:
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             return HistoryCounts()
+        return HistoryCounts.from_json(os.read(fd, _STATE_MAX + 1))
+    except OSError:
+        return HistoryCounts()
+    finally:
+        os.close(fd)
 
 
 def render_kept(ledger: Ledger, home: Path) -> bytes:
