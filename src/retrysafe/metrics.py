@@ -24,7 +24,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .ledger.listing import HistoryDelta, Listing
+from .ledger.listing import WHOLE_MARK, HistoryDelta, Listing
 from .states import OutcomeState
 
 if TYPE_CHECKING:
@@ -90,10 +90,24 @@ class HistoryCounts:
         listing = Listing(ledger.backend)
         identity = ledger_identity(ledger, create=False)
         with self.lock:
-            if self.last_id < 0 or identity != self.identity:
-                self._first(listing, identity, now)
+            if self.last_id < 0 or identity is None or identity != self.identity:
+                # the first count, or another ledger (one without an identity cannot
+                # be told from another: it is counted whole each time)
+                self._whole(listing, identity, now, fresh=True)
             else:
-                self._since(listing, now)
+                hw, unlogged = listing.horizon()
+                if unlogged != self.unlogged:
+                    # outcomes or attempts removed (prune, which may remove the newest
+                    # history too) or added without history (a merged import): read the
+                    # gauges again, and the counters keep what they counted, so none goes
+                    # down; but a ledger replaced whole (recover, an import into an empty
+                    # ledger) is counted afresh
+                    self._whole(listing, identity, now, fresh=unlogged.startswith(WHOLE_MARK))
+                elif hw < self.last_id:
+                    # the history went back with no mark: the file was restored from a copy
+                    self._whole(listing, identity, now, fresh=True)
+                else:
+                    self._since(listing, hw, now)
             return HistoryCounts(self.identity, self.last_id, dict(self.executions),
                                  dict(self.lookups_found), dict(self.skips), dict(self.blocks),
                                  dict(self.attempts), dict(self.outcomes), self.unlogged,
@@ -101,20 +115,32 @@ class HistoryCounts:
 
     # --- the steps of an update ---------------------------------------------------------
 
-    def _first(self, listing: Listing, identity: str | None, now: float) -> None:
-        """Count the whole history: attempts and outcomes as the ledger holds them,
-        and every history row up to the highest id read with them."""
-        fresh = HistoryCounts(identity=identity)
-        gauges = listing.gauges()
-        fresh.attempts, fresh.outcomes, fresh.unlogged = (gauges.attempts, gauges.outcomes,
-                                                          gauges.unlogged)
-        fresh._count(listing, 0, gauges.hw, now, attempts=False)
-        for name in ("identity", "last_id", "executions", "lookups_found", "skips", "blocks",
-                     "attempts", "outcomes", "unlogged", "gaps"):
-            setattr(self, name, getattr(fresh, name))
+    def _whole(self, listing: Listing, identity: str | None, now: float, *, fresh: bool) -> None:
+        """Read the gauges whole, and count what the history holds that the counters
+        have not counted yet (``fresh``: everything, from nothing). The gauges come
+        from one snapshot, with the history ids near its top and among the gaps that
+        it holds (PostgreSQL commits ids out of order): an id the snapshot holds is
+        in the gauges and only counted; one it lacks becomes a gap, applied to the
+        gauges too when it appears."""
+        if fresh:
+            self.identity, self.last_id, self.gaps = identity, 0, {}
+            self.executions, self.lookups_found, self.skips, self.blocks = {}, {}, {}, {}
+        after = max(self.last_id, 0)
+        sqlite = listing.backend.name == "sqlite"
+        pending = sorted(self.gaps)
+        gauges = listing.gauges(after=None if sqlite else after,
+                                window=GAP_WINDOW, ids=pending)
+        self.attempts, self.outcomes, self.unlogged = (gauges.attempts, gauges.outcomes,
+                                                       gauges.unlogged)
+        held = None if sqlite else set(gauges.visible)
+        if held is not None:  # gaps the snapshot holds: in the gauges, not yet counted
+            found = [i for i in pending if i in held]
+            self._apply(listing.history_delta(ids=found, attempts=False), attempts=False)
+            for i in found:
+                del self.gaps[i]
+        self._count(listing, after, max(gauges.hw, after), now, attempts=False, held=held)
 
-    def _since(self, listing: Listing, now: float) -> None:
-        hw, unlogged = listing.horizon()
+    def _since(self, listing: Listing, hw: int, now: float) -> None:
         if self.gaps:  # late commits (PostgreSQL) below what was counted
             found = listing.present(sorted(self.gaps))
             self._apply(listing.history_delta(ids=found), attempts=True)
@@ -124,18 +150,19 @@ class HistoryCounts:
                 if now - since > GAP_TTL:
                     del self.gaps[i]
         self._count(listing, self.last_id, hw, now, attempts=True)
-        if unlogged != self.unlogged:
-            # outcomes or attempts removed (prune) or written without history (recover,
-            # import): read the gauges again; the counters keep what they counted, so
-            # none goes down
-            gauges = listing.gauges()
-            self.attempts, self.outcomes, self.unlogged = (gauges.attempts, gauges.outcomes,
-                                                           gauges.unlogged)
-            self._count(listing, self.last_id, gauges.hw, now, attempts=False)
+
+    def _note_gaps(self, ids: Iterable[int], now: float | None = None) -> None:
+        at = time.time() if now is None else now
+        self.gaps.update((i, at) for i in ids)
+        if len(self.gaps) > _MAX_GAPS:
+            for i in sorted(self.gaps)[:len(self.gaps) - _MAX_GAPS]:
+                del self.gaps[i]
 
     def _count(self, listing: Listing, after: int, upto: int, now: float, *,
-               attempts: bool) -> None:
-        """Count the history rows in ``(after, upto]`` and move ``last_id`` to ``upto``."""
+               attempts: bool, held: set[int] | None = None) -> None:
+        """Count the history rows in ``(after, upto]`` and move ``last_id`` to ``upto``;
+        ``held``: the ids near the top that the gauges' snapshot held (on PostgreSQL,
+        those it lacked become gaps)."""
         if upto <= after:
             return
         if listing.backend.name == "sqlite":
@@ -146,13 +173,11 @@ class HistoryCounts:
             edge = max(after, upto - GAP_WINDOW)
             self._apply(listing.history_delta(after=after, upto=edge, attempts=attempts),
                         attempts=attempts)
-            seen = listing.event_ids(edge, upto)
+            seen = (listing.event_ids(edge, upto) if held is None
+                    else sorted(i for i in held if edge < i <= upto))
             self._apply(listing.history_delta(ids=seen, attempts=attempts), attempts=attempts)
             have = set(seen)
-            self.gaps.update((i, now) for i in range(edge + 1, upto + 1) if i not in have)
-            if len(self.gaps) > _MAX_GAPS:
-                for i in sorted(self.gaps)[:len(self.gaps) - _MAX_GAPS]:
-                    del self.gaps[i]
+            self._note_gaps((i for i in range(edge + 1, upto + 1) if i not in have), now)
         self.last_id = upto
 
     def _apply(self, delta: HistoryDelta, *, attempts: bool) -> None:

@@ -312,7 +312,7 @@ def write(ledger: Ledger, recovered: Recovered) -> None:
         if tx.one("SELECT 1 AS one FROM rs_outcomes LIMIT 1") is not None:
             raise InvalidInput("the ledger already records outcomes: recover rebuilds only an "
                                "empty ledger (export it first if it should be kept)")
-        note_unlogged(tx)  # outcomes and attempts with no history rows of their own
+        note_unlogged(tx, whole=True)  # a ledger of rows without history of their own
         now = tx.now
         for out in recovered.outcomes:
             last = max((n for n, _, _, _ in out.attempts), default=0)

@@ -10,6 +10,8 @@ from conftest import KEY, make_site, start_server, stop_server
 from prometheus_client.parser import text_string_to_metric_families
 from support import Home
 
+from retrysafe.metrics import HistoryCounts
+
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     out = {}
@@ -294,3 +296,83 @@ def test_outcome_gauges_carried_on_from_the_history_equal_the_ledger(any_home: H
         assert merged == ledger()
         assert merged[("retrysafe_outcomes", (("job", "other"), ("state", "done")))] == 1
         assert merged[("retrysafe_outcomes", (("job", "other"), ("state", "failed")))] == 1
+
+
+def _carried(counts: HistoryCounts) -> dict[object, float]:
+    """What HistoryCounts carries, in the names of ``recount``."""
+    out: dict[object, float] = {}
+    for (job, kind), n in counts.executions.items():
+        out[("retrysafe_executions_total", (("job", job), ("kind", kind)))] = n
+    for name, values in (("retrysafe_lookups_found_total", counts.lookups_found),
+                         ("retrysafe_skips_total", counts.skips),
+                         ("retrysafe_blocks_total", counts.blocks)):
+        for job, n in values.items():
+            out[(name, (("job", job),))] = n
+    for (job, state, drill), n in counts.attempts.items():
+        if not drill:
+            out[("retrysafe_attempts", (("job", job), ("state", state)))] = n
+    for (job, state), n in counts.outcomes.items():
+        out[("retrysafe_outcomes", (("job", job), ("state", state)))] = n
+    return {k: v for k, v in out.items() if v}
+
+
+def test_a_ledger_restored_under_the_counts_is_counted_afresh(home: Home, tmp_path: Path) -> None:
+    """A ledger put back behind the counts' back, with its identity: restored from a
+    copy of its file (its history goes back below what was counted), or rebuilt
+    whole by an import of an older export (the import marks it). The next counts
+    are what the restored ledger holds, not the old counts carried on over ids the
+    restored history uses again. A ledger without an identity is counted whole."""
+    import shutil
+
+    from retrysafe.ledger import open_ledger
+    from retrysafe.ledger.listing import Listing
+    from retrysafe.ledger.transfer import dump, load
+
+    site = make_site(home)
+    db = home.path / "ledger.sqlite3"
+    with home.open_ledger() as ledger:
+        ledger.backend.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        older = list(dump(ledger))
+    shutil.copy(db, tmp_path / "copy.sqlite3")
+    for week in ("2026-W33", "2026-W34", "2026-W35"):
+        assert site.run(week).returncode == 0
+    counts = HistoryCounts()
+    with home.open_ledger() as ledger:
+        counts.update(ledger)
+        assert _carried(counts) == recount(home)
+    for f in home.path.glob("ledger.sqlite3*"):
+        f.unlink()
+    shutil.copy(tmp_path / "copy.sqlite3", db)  # the copy: fewer history rows
+    assert home.run("run", "report", "-p", "week=2026-W36", "--", "false").returncode == 1
+    with home.open_ledger() as ledger:
+        counts.update(ledger)
+    assert _carried(counts) == recount(home)
+
+    # rebuilt whole from the older export, into an empty ledger, then run on
+    rebuilt = tmp_path / "rebuilt.sqlite3"
+    url = f"sqlite:///{rebuilt}"
+    with open_ledger(url) as ledger:
+        load(ledger, older)
+    for week in ("2026-W40", "2026-W41", "2026-W42", "2026-W43"):
+        assert home.run("run", "report", "-p", f"week={week}", "--", "false",
+                        env={"RETRYSAFE_LEDGER": url}).returncode == 1
+    with open_ledger(url) as ledger:
+        counts.update(ledger)
+    with open_ledger(url) as ledger:
+        t = Listing(ledger.backend).totals()
+    assert {(j, s): n for (j, s), n in counts.outcomes.items()} == t.outcomes
+    assert counts.executions == t.executions
+
+    # ledgers without an identity cannot be told apart: each is counted whole
+    keep = "report:2026-W31"
+    one = [r for r in older if "table" not in r
+           or (r["row"].get("outcome_key") or r["row"].get("key")) == keep]
+    bare = HistoryCounts()
+    for name, rows in (("a", older), ("b", one)):
+        url = f"sqlite:///{tmp_path / name}.sqlite3"
+        with open_ledger(url) as ledger:
+            load(ledger, rows, merge=True)  # a merge gives the ledger no identity
+            bare.update(ledger)
+            assert bare.identity is None
+            assert bare.outcomes == Listing(ledger.backend).totals().outcomes
+    assert bare.outcomes == {("report", "done"): 1}

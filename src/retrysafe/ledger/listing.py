@@ -15,7 +15,7 @@ from ..keys import DRILL_MARK
 from .backend import Backend, Tx
 from .records import OutcomeRecord, outcome_from_row
 
-__all__ = ["UNLOGGED", "Cursor", "Gauges", "HistoryDelta", "Listing", "OutcomePage", "Totals",
+__all__ = ["UNLOGGED", "WHOLE_MARK", "Cursor", "Gauges", "HistoryDelta", "Listing", "OutcomePage", "Totals",
            "note_unlogged"]
 
 
@@ -78,6 +78,8 @@ class Gauges(NamedTuple):
     """the highest history row id"""
     unlogged: str
     """the ledger's :data:`UNLOGGED` mark"""
+    visible: list[int]
+    """the history ids asked for (near the top, and the gaps) that the snapshot held"""
 
 
 UNLOGGED = "unlogged"
@@ -86,13 +88,19 @@ or attempts without their history rows (prune, recover, import): counts carried 
 from the history (:class:`Gauges`) are read again when it changed."""
 
 
-def note_unlogged(tx: Tx) -> None:
-    """Mark, in ``tx``, that outcomes or attempts changed without their history."""
+WHOLE_MARK = "whole:"
+"""How an :data:`UNLOGGED` mark starts when the ledger was replaced whole (recover, an
+import into an empty ledger): what was counted from its history is not it any more."""
+
+
+def note_unlogged(tx: Tx, *, whole: bool = False) -> None:
+    """Mark, in ``tx``, that outcomes or attempts changed without their history
+    (``whole``: the ledger's rows were replaced whole)."""
     import os
 
     tx.run("INSERT INTO rs_meta (name, value) VALUES (?, ?)"
            " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-           (UNLOGGED, os.urandom(8).hex()))
+           (UNLOGGED, (WHOLE_MARK if whole else "rows:") + os.urandom(8).hex()))
 
 
 _FOUND = "found by %"
@@ -226,11 +234,20 @@ class Listing:
                          " (SELECT value FROM rs_meta WHERE name = ?) AS mark", (UNLOGGED,))
         return (int(row["hw"] or 0), str(row["mark"] or "")) if row else (0, "")
 
-    def gauges(self) -> Gauges:
+    def gauges(self, *, after: int | None = None, window: int = 0,
+               ids: Sequence[int] = ()) -> Gauges:
         """Attempts and outcomes as the ledger holds them, the history's highest row
         id and the :data:`UNLOGGED` mark, in one statement (one snapshot). Reads
         every attempt and every outcome's index entry: done once, then carried on
-        with :meth:`history_delta`."""
+        with :meth:`history_delta`. With ``after``, also which history ids the same
+        snapshot holds among those above ``after`` within ``window`` of the top, and
+        among ``ids``."""
+        held, held_params = "", tuple[int, ...]()
+        if after is not None:
+            listed = f" OR id IN ({', '.join('?' * len(ids))})" if ids else ""
+            held = (" UNION ALL SELECT 'i', '', '', 0, id FROM rs_events WHERE (id > ? AND"
+                    f" id > (SELECT MAX(id) FROM rs_events) - ?){listed}")
+            held_params = (after, window, *ids)
         with self.backend.transaction(write=False) as tx:
             rows = tx.rows(
                 # the drill pattern is written out as in the partial index's WHERE
@@ -242,13 +259,16 @@ class Listing:
                 f" UNION ALL SELECT 'd', job, state, 1, COUNT(*) FROM rs_outcomes"
                 f" WHERE key LIKE '%{DRILL_MARK}%' GROUP BY job, state"
                 " UNION ALL SELECT 'h', '', COALESCE((SELECT value FROM rs_meta WHERE name = ?),"
-                " ''), 0, COALESCE((SELECT MAX(id) FROM rs_events), 0)", (UNLOGGED,))
+                f" ''), 0, COALESCE((SELECT MAX(id) FROM rs_events), 0){held}",
+                (UNLOGGED, *held_params))
         attempts: dict[tuple[str, str, bool], int] = {}
         outcomes: dict[tuple[str, str], int] = {}
-        hw, mark = 0, ""
+        hw, mark, visible = 0, "", []
         for r in rows:
             what, n = r["what"], int(r["n"])
-            if what == "a":
+            if what == "i":
+                visible.append(n)
+            elif what == "a":
                 attempts[(r["job"], r["state"], bool(r["drill"]))] = n
             elif what == "o":
                 outcomes[(r["job"], r["state"])] = outcomes.get((r["job"], r["state"]), 0) + n
@@ -256,7 +276,7 @@ class Listing:
                 outcomes[(r["job"], r["state"])] = outcomes.get((r["job"], r["state"]), 0) - n
             elif what == "h":
                 hw, mark = n, str(r["state"])
-        return Gauges(attempts, {k: n for k, n in outcomes.items() if n > 0}, hw, mark)
+        return Gauges(attempts, {k: n for k, n in outcomes.items() if n > 0}, hw, mark, visible)
 
     def planned_counts(self) -> dict[str, int]:
         """Planned outcomes by job (drill trials left out): for each job a range of the

@@ -190,7 +190,8 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
                                    "import into an empty ledger, or add --merge")
         else:
             _refuse_conflicts(tx, rows)
-        note_unlogged(tx)  # rows whose history may be elsewhere (a prune --export file)
+        # rows whose history may be elsewhere (a prune --export file); a whole ledger
+        note_unlogged(tx, whole=not merge)
         for table in ("rs_outcomes", "rs_attempts", "rs_steps"):
             columns = TABLES[table][0]
             # SQLite's triggers write a history row for a step inserted with an
