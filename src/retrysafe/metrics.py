@@ -76,6 +76,9 @@ class HistoryCounts:
     unlogged: str = ""
     """the ledger's mark of changes without history (listing.UNLOGGED) when the
     gauges were last read whole"""
+    last_row: str = ""
+    """what marked the history row ``last_id`` (listing.ROW_MARK): another row under
+    that id means a ledger put back from a copy and grown again"""
     gaps: dict[int, float] = field(default_factory=dict)
     """history row ids not seen yet below ``last_id``, with when they were first missed"""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -95,7 +98,7 @@ class HistoryCounts:
                 # be told from another: it is counted whole each time)
                 self._whole(listing, identity, now, fresh=True)
             else:
-                hw, unlogged = listing.horizon()
+                hw, unlogged, seen, top = listing.horizon(self.last_id)
                 if unlogged != self.unlogged:
                     # outcomes or attempts removed (prune, which may remove the newest
                     # history too) or added without history (a merged import): read the
@@ -103,15 +106,17 @@ class HistoryCounts:
                     # down; but a ledger replaced whole (recover, an import into an empty
                     # ledger) is counted afresh
                     self._whole(listing, identity, now, fresh=unlogged.startswith(WHOLE_MARK))
-                elif hw < self.last_id:
-                    # the history went back with no mark: the file was restored from a copy
+                elif hw < self.last_id or (self.last_row and seen != self.last_row):
+                    # the history went back with no mark, or the row counted last is
+                    # another row now: the file was put back from a copy
                     self._whole(listing, identity, now, fresh=True)
                 else:
                     self._since(listing, hw, now)
+                    self.last_row = top
             return HistoryCounts(self.identity, self.last_id, dict(self.executions),
                                  dict(self.lookups_found), dict(self.skips), dict(self.blocks),
                                  dict(self.attempts), dict(self.outcomes), self.unlogged,
-                                 dict(self.gaps))
+                                 self.last_row, dict(self.gaps))
 
     # --- the steps of an update ---------------------------------------------------------
 
@@ -132,6 +137,7 @@ class HistoryCounts:
                                 window=GAP_WINDOW, ids=pending)
         self.attempts, self.outcomes, self.unlogged = (gauges.attempts, gauges.outcomes,
                                                        gauges.unlogged)
+        self.last_row = gauges.top
         held = None if sqlite else set(gauges.visible)
         if held is not None:  # gaps the snapshot holds: in the gauges, not yet counted
             found = [i for i in pending if i in held]
@@ -139,6 +145,9 @@ class HistoryCounts:
             for i in found:
                 del self.gaps[i]
         self._count(listing, after, max(gauges.hw, after), now, attempts=False, held=held)
+        # a prune may have taken the newest rows: go on from the highest there is (ids
+        # are never drawn again), the row last_row marks
+        self.last_id = gauges.hw
 
     def _since(self, listing: Listing, hw: int, now: float) -> None:
         if self.gaps:  # late commits (PostgreSQL) below what was counted
@@ -202,7 +211,7 @@ class HistoryCounts:
             "lookups_found": self.lookups_found, "skips": self.skips, "blocks": self.blocks,
             "attempts": [[j, s, d, n] for (j, s, d), n in sorted(self.attempts.items())],
             "outcomes": [[j, s, n] for (j, s), n in sorted(self.outcomes.items())],
-            "unlogged": self.unlogged,
+            "unlogged": self.unlogged, "last_row": self.last_row,
             "gaps": [[i, t] for i, t in sorted(self.gaps.items())],
         }, sort_keys=True).encode("utf-8")
 
@@ -221,7 +230,7 @@ class HistoryCounts:
                 blocks={str(j): int(n) for j, n in d["blocks"].items()},
                 attempts={(str(j), str(s), bool(dr)): int(n) for j, s, dr, n in d["attempts"]},
                 outcomes={(str(j), str(s)): int(n) for j, s, n in d["outcomes"]},
-                unlogged=str(d["unlogged"]),
+                unlogged=str(d["unlogged"]), last_row=str(d.get("last_row", "")),
                 gaps={int(i): float(t) for i, t in d["gaps"]},
             )
         except (ValueError, TypeError, KeyError, AttributeError):
@@ -357,15 +366,21 @@ def render_kept(ledger: Ledger, home: Path) -> bytes:
     return text
 
 
-def write_textfile(ledger: Ledger, path: Path) -> None:
+def write_textfile(ledger: Ledger, path: Path) -> str | None:
     """Write :func:`render` to ``path`` for node-exporter's textfile collector:
     a temporary file in the same folder, renamed over it, so the collector never
     reads half a file. The counts carried to the next run go to
     :func:`state_path`, written the same way, after the textfile (a run killed
-    between the two counts the same rows again next time, from the older state)."""
+    between the two counts the same rows again next time, from the older state).
+    Returns a warning when the state cannot be written (FILE is, all the same)."""
     from .fsio import atomic_write_bytes
 
     state = state_path(path)
     history = _kept(state)
     atomic_write_bytes(path, render(ledger, history), mode=0o644)  # the collector runs as its own user
-    atomic_write_bytes(state, history.to_json(), mode=0o600)
+    try:
+        atomic_write_bytes(state, history.to_json(), mode=0o600)
+    except OSError as exc:  # FILE is written; only its counts are not carried on
+        return (f"{path} is written, but its counts cannot be kept in {state} "
+                f"({exc.strerror or exc}): the next run counts the whole history again")
+    return None

@@ -202,3 +202,24 @@ def test_doctor_fails_on_a_damaged_ledger_and_its_advice_works(ready: Home) -> N
     assert after.returncode == 0 and json.loads(after.stdout)["integrity"] == "ok"
     status = ready.run("status", "report:2026-W02", "--json")
     assert status.returncode == 0 and json.loads(status.stdout)["outcome"]["state"] == "done"
+
+
+def test_doctor_reports_damage_that_stops_the_check_itself(ready: Home) -> None:
+    """A damaged b-tree root makes SQLite's quick_check raise rather than list what it
+    found: that is damage too, reported as such, with what to do (exit 1)."""
+    import sqlite3
+
+    db = ready.path / "ledger.sqlite3"
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'rs_events'").fetchone()[0]
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    with db.open("r+b") as f:
+        f.seek((root - 1) * size)
+        f.write(b"\0\0\0\0")  # the page's type and header: no b-tree page any more
+    proc = ready.run("doctor", "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["integrity"] == "damaged" and "malformed" in report["problems"][0]
+    assert "retrysafe recover" in report["problems"][0]

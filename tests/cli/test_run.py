@@ -241,7 +241,8 @@ def test_job_add_writes_catch_up_and_keep(home: Home) -> None:
         "a": ("3", 90 * 86400.0), "b": ("7d", None), "c": ("36h", None)}
     text = (home.path / "retrysafe.toml").read_text()
     assert "catch_up = 3\n" in text and "catch_up = true\n" in text and 'keep = "90d"' in text
-    for bad in (["--catch-up", "0"], ["--keep", "soon"], ["--catch-up", "-2d"]):
+    for bad in (["--catch-up", "0"], ["--keep", "soon"], ["--catch-up", "-2d"],
+                ["--catch-up", "\u00b2"], ["--catch-up", "\u2460"], ["--catch-up", "9" * 5000]):
         proc = home.run("job", "add", "d", "--key", "d:{at}", *common, *bad)
         assert proc.returncode == 2 and proc.stderr.startswith("retrysafe: "), bad
     unscheduled = home.run("job", "add", "e", "--key", "e:{w}", "--param", "w=isoweek",

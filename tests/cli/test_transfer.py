@@ -156,3 +156,69 @@ def test_import_refuses_a_file_that_is_not_an_export(home: Home, tmp_path: Path)
     bad.write_text('{"format": "retrysafe-ledger", "schema_version": 999}\n')
     proc = home.run("import", str(bad))
     assert proc.returncode == 2 and "schema version 999" in proc.stderr
+
+
+def _batches(records: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
+    """A prune --export file of one batch per key (a header each), its history ids and
+    notification ids counted from 1 in every batch, as batches written by different
+    ledgers would be."""
+    header = next(r for r in records if "format" in r)
+    out: list[dict[str, Any]] = []
+    for key in keys:
+        mine = [json.loads(json.dumps(r)) for r in records if "table" in r
+                and (r["row"].get("outcome_key") or r["row"].get("key")) == key]
+        ids = {r["row"]["id"]: i for i, r in enumerate(
+            (r for r in mine if r["table"] == "rs_events"), 1)}
+        for n, r in enumerate((r for r in mine if r["table"] == "rs_notifications"), 1):
+            r["row"]["id"], r["row"]["event_id"] = n, ids.get(r["row"]["event_id"], 0)
+        for r in mine:
+            if r["table"] == "rs_events":
+                r["row"]["id"] = ids[r["row"]["id"]]
+        out += [{k: v for k, v in header.items() if k != "identity"}, *mine]
+    return out
+
+
+def test_merge_renumbers_each_batch_and_keeps_a_notification_the_ledger_has(
+        tmp_path: Path) -> None:
+    """History ids repeat across the batches of one file: each notification names its
+    own batch's row. A missed-occurrence notification the ledger already holds (noted
+    again since) is kept as it is, not a reason to refuse the file. A notification
+    naming a row its batch does not hold is refused, and nothing is imported."""
+    from retrysafe.ledger import open_ledger
+    from retrysafe.ledger.transfer import dump, load, rows_of
+
+    src = filled(Home(tmp_path / "src"))
+    with src.open_ledger() as ledger:
+        records = list(dump(ledger))
+        with ledger.backend.transaction(write=False) as tx:
+            noted = {r["outcome_key"] for r in rows_of(tx, "rs_notifications")}
+    keys = sorted(noted)
+    assert len(keys) >= 1
+    missed = {"outcome_key": "pay:missed", "job": "pay", "event_id": 0, "event": "missed",
+              "channel": "ops", "state": "sent", "tries": 1, "last_error": "", "body": "{}",
+              "claimed_until": None, "created_at": 1.0, "updated_at": 1.0, "sent_at": 1.0}
+    target = f"sqlite:///{tmp_path / 'target.sqlite3'}"
+    with open_ledger(target) as ledger:
+        with ledger.backend.transaction() as tx:
+            cols = [c for c in missed]
+            tx.run(f"INSERT INTO rs_notifications ({', '.join(cols)}) VALUES"
+                   f" ({', '.join('?' * len(cols))})", tuple(missed[c] for c in cols))
+        file = _batches(records, [*keys, "pay:2"])
+        file.append({"table": "rs_notifications", "row": {**missed, "id": 99, "state": "pending"}})
+        bad = [*file, {"table": "rs_notifications", "row": {**missed, "id": 98,
+                                                          "outcome_key": keys[0],
+                                                          "event": "blocked", "event_id": 77}}]
+        with pytest.raises(Exception, match="names history row 77"):
+            load(ledger, bad, merge=True)
+        with ledger.backend.transaction(write=False) as tx:
+            assert [r["outcome_key"] for r in rows_of(tx, "rs_notifications")] == ["pay:missed"]
+            assert rows_of(tx, "rs_outcomes") == []
+        load(ledger, file, merge=True)
+        with ledger.backend.transaction(write=False) as tx:
+            events = {r["id"]: r for r in rows_of(tx, "rs_events")}
+            notes = rows_of(tx, "rs_notifications")
+    assert [n["state"] for n in notes if n["outcome_key"] == "pay:missed"] == ["sent"]
+    for n in notes:
+        if n["event_id"]:
+            assert events[n["event_id"]]["outcome_key"] == n["outcome_key"], n
+    assert {n["outcome_key"] for n in notes} >= set(keys)

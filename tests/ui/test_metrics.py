@@ -348,6 +348,18 @@ def test_a_ledger_restored_under_the_counts_is_counted_afresh(home: Home, tmp_pa
         counts.update(ledger)
     assert _carried(counts) == recount(home)
 
+    # put back again, and grown past what was counted before the next count
+    grown_from = counts.last_id
+    for f in home.path.glob("ledger.sqlite3*"):
+        f.unlink()
+    shutil.copy(tmp_path / "copy.sqlite3", db)
+    for week in ("2026-W37", "2026-W38", "2026-W39", "2026-W44", "2026-W45"):
+        assert home.run("run", "report", "-p", f"week={week}", "--", "false").returncode == 1
+    with home.open_ledger() as ledger:
+        assert Listing(ledger.backend).horizon()[0] > grown_from
+        counts.update(ledger)
+    assert _carried(counts) == recount(home)
+
     # rebuilt whole from the older export, into an empty ledger, then run on
     rebuilt = tmp_path / "rebuilt.sqlite3"
     url = f"sqlite:///{rebuilt}"
@@ -376,3 +388,16 @@ def test_a_ledger_restored_under_the_counts_is_counted_afresh(home: Home, tmp_pa
             assert bare.identity is None
             assert bare.outcomes == Listing(ledger.backend).totals().outcomes
     assert bare.outcomes == {("report", "done"): 1}
+
+
+def test_textfile_written_when_its_counts_cannot_be_kept(home: Home, tmp_path: Path) -> None:
+    """FILE is written even when the state beside it cannot be (a folder in its place):
+    exit 0, and one warning line saying the next run counts the whole history."""
+    make_site(home)
+    textfile = tmp_path / "m.prom"
+    (tmp_path / ".m.prom.state").mkdir()
+    got = home.run("metrics", "--textfile", str(textfile))
+    assert got.returncode == 0, got.stderr
+    assert history(samples(textfile.read_text())) == recount(home)
+    (line,) = got.stderr.strip().splitlines()
+    assert line.startswith("retrysafe: warning: ") and ".m.prom.state" in line

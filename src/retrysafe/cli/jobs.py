@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import click
@@ -76,7 +77,8 @@ def add(name: str, template: str, params: tuple[str, ...], max_attempts: int | N
     table_: dict[str, Any] = {"key": template, "params": parse_assignments(params, "--param")}
     window: str | int | bool | None = catch_up
     if catch_up is not None:  # as the config spells it: true, a count or an age
-        window = True if catch_up == "true" else int(catch_up) if catch_up.isdigit() else catch_up
+        window = (True if catch_up == "true" else
+                  int(catch_up) if re.fullmatch(r"[0-9]{1,9}", catch_up) else catch_up)
     for field, value in (("max_attempts", max_attempts), ("lease_seconds", lease_seconds),
                          ("schedule", schedule), ("tz", tz), ("catch_up", window), ("keep", keep)):
         if value is not None:

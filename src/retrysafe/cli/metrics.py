@@ -36,6 +36,8 @@ def metrics(textfile: Path | None) -> None:
         click.echo(render_kept(ledger, engine.config.settings.home).decode("utf-8"), nl=False)
         return
     try:
-        write_textfile(ledger, textfile)
+        warning = write_textfile(ledger, textfile)
     except OSError as exc:
         raise InvalidInput(f"cannot write {textfile}: {exc.strerror or exc}") from None
+    if warning:
+        click.echo(f"retrysafe: warning: {warning}", err=True)

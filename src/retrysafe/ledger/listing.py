@@ -15,8 +15,8 @@ from ..keys import DRILL_MARK
 from .backend import Backend, Tx
 from .records import OutcomeRecord, outcome_from_row
 
-__all__ = ["UNLOGGED", "WHOLE_MARK", "Cursor", "Gauges", "HistoryDelta", "Listing", "OutcomePage", "Totals",
-           "note_unlogged"]
+__all__ = ["ROW_MARK", "UNLOGGED", "WHOLE_MARK", "Cursor", "Gauges", "HistoryDelta", "Listing",
+           "OutcomePage", "Totals", "note_unlogged"]
 
 
 class Cursor(NamedTuple):
@@ -78,9 +78,14 @@ class Gauges(NamedTuple):
     """the highest history row id"""
     unlogged: str
     """the ledger's :data:`UNLOGGED` mark"""
+    top: str
+    """what marks the history row ``hw`` (:data:`ROW_MARK`)"""
     visible: list[int]
     """the history ids asked for (near the top, and the gaps) that the snapshot held"""
 
+
+ROW_MARK = "outcome_key || '|' || kind || '|' || to_state || '|' || CAST(at AS TEXT)"
+"""What tells one history row from another that took its id (SQL over rs_events)."""
 
 UNLOGGED = "unlogged"
 """The ``rs_meta`` row given a new value by every write that adds or removes outcomes
@@ -225,14 +230,23 @@ class Listing:
 
     # --- the history, counted a stretch at a time (metrics.HistoryCounts) -------------
 
-    def horizon(self) -> tuple[int, str]:
-        """The highest history row id and the :data:`UNLOGGED` mark, in one statement
-        (one snapshot): what the history has reached, and whether anything changed
-        besides it. Reads two rows, whatever the size of the ledger."""
+    def horizon(self, seen: int = 0) -> tuple[int, str, str, str]:
+        """The highest history row id, the :data:`UNLOGGED` mark, and what marks the
+        history rows ``seen`` and the highest (:data:`ROW_MARK`), in one statement
+        (one snapshot): what the history has reached, whether anything changed
+        besides it, and whether the row counted last is still the same row (not a
+        ledger put back from a copy and grown again). Reads a few rows, whatever
+        the size of the ledger."""
         with self.backend.transaction(write=False) as tx:
             row = tx.one("SELECT (SELECT MAX(id) FROM rs_events) AS hw,"
-                         " (SELECT value FROM rs_meta WHERE name = ?) AS mark", (UNLOGGED,))
-        return (int(row["hw"] or 0), str(row["mark"] or "")) if row else (0, "")
+                         " (SELECT value FROM rs_meta WHERE name = ?) AS mark,"
+                         f" (SELECT {ROW_MARK} FROM rs_events WHERE id = ?) AS seen,"
+                         f" (SELECT {ROW_MARK} FROM rs_events"
+                         " WHERE id = (SELECT MAX(id) FROM rs_events)) AS top", (UNLOGGED, seen))
+        if not row:
+            return 0, "", "", ""
+        return (int(row["hw"] or 0), str(row["mark"] or ""), str(row["seen"] or ""),
+                str(row["top"] or ""))
 
     def gauges(self, *, after: int | None = None, window: int = 0,
                ids: Sequence[int] = ()) -> Gauges:
@@ -259,11 +273,13 @@ class Listing:
                 f" UNION ALL SELECT 'd', job, state, 1, COUNT(*) FROM rs_outcomes"
                 f" WHERE key LIKE '%{DRILL_MARK}%' GROUP BY job, state"
                 " UNION ALL SELECT 'h', '', COALESCE((SELECT value FROM rs_meta WHERE name = ?),"
-                f" ''), 0, COALESCE((SELECT MAX(id) FROM rs_events), 0){held}",
+                " ''), 0, COALESCE((SELECT MAX(id) FROM rs_events), 0)"
+                f" UNION ALL SELECT 't', '', COALESCE((SELECT {ROW_MARK} FROM rs_events"
+                f" WHERE id = (SELECT MAX(id) FROM rs_events)), ''), 0, 0{held}",
                 (UNLOGGED, *held_params))
         attempts: dict[tuple[str, str, bool], int] = {}
         outcomes: dict[tuple[str, str], int] = {}
-        hw, mark, visible = 0, "", []
+        hw, mark, top, visible = 0, "", "", []
         for r in rows:
             what, n = r["what"], int(r["n"])
             if what == "i":
@@ -276,7 +292,10 @@ class Listing:
                 outcomes[(r["job"], r["state"])] = outcomes.get((r["job"], r["state"]), 0) - n
             elif what == "h":
                 hw, mark = n, str(r["state"])
-        return Gauges(attempts, {k: n for k, n in outcomes.items() if n > 0}, hw, mark, visible)
+            elif what == "t":
+                top = str(r["state"])
+        return Gauges(attempts, {k: n for k, n in outcomes.items() if n > 0}, hw, mark, top,
+                      visible)
 
     def planned_counts(self) -> dict[str, int]:
         """Planned outcomes by job (drill trials left out): for each job a range of the

@@ -234,7 +234,10 @@ class SqliteBackend(Backend):
         conn = self._conn()
         # quick_check reads every page of the file (the b-trees' structure, not
         # whether each index matches its table): what it finds is a damaged file
-        found = [str(r[0]) for r in conn.execute(f"PRAGMA quick_check({HEALTH_FINDINGS})")]
+        try:
+            found = [str(r[0]) for r in conn.execute(f"PRAGMA quick_check({HEALTH_FINDINGS})")]
+        except sqlite3.DatabaseError as exc:  # damage the check itself stops at
+            found = [str(exc)]
         report: dict[str, Any] = {
             "journal_mode": conn.execute("PRAGMA journal_mode").fetchone()[0],
             "synchronous": {0: "off", 1: "normal", 2: "full", 3: "extra"}.get(

@@ -167,6 +167,8 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
     """
     target_version = ledger.schema_version()
     rows: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
+    batch_of: dict[int, int] = {}  # id(row) -> its batch (a prune --export file has several)
+    batch = 0
     seen_header = False
     identity = None
     for n, rec in enumerate(records, 1):
@@ -177,8 +179,10 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
             if not seen_header and isinstance(rec.get("identity"), str):
                 identity = rec["identity"]
             seen_header = True
+            batch += 1
             continue
         rows[got[0]].append(got[1])
+        batch_of[id(got[1])] = batch
     if not seen_header:
         raise InvalidInput("nothing to import: the file has no retrysafe header line")
     backend = ledger.backend
@@ -210,30 +214,42 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
         event_cols = columns if keep_ids else tuple(c for c in columns if c != "id")
         sql = (f"INSERT INTO rs_events ({', '.join(event_cols)})"
                f" VALUES ({', '.join('?' * len(event_cols))})")
-        renumbered: dict[int, int] = {}  # merging: the file's history id -> the ledger's
-        for row in sorted(rows["rs_events"], key=lambda r: int(r["id"])):
+        # merging: (batch, the file's history id) -> the ledger's; ids repeat across the
+        # batches of a prune --export file appended to from more than one ledger
+        renumbered: dict[tuple[int, int], int] = {}
+        for row in sorted(rows["rs_events"], key=lambda r: (0 if keep_ids else batch_of[id(r)],
+                                                            int(r["id"]))):
             values = tuple(row[c] for c in event_cols)
             if keep_ids:
                 tx.run(sql, values)
             else:
                 added = tx.one(sql + " RETURNING id", values)
                 assert added is not None
-                renumbered[int(row["id"])] = int(added["id"])
+                renumbered[(batch_of[id(row)], int(row["id"]))] = int(added["id"])
         if keep_ids and rows["rs_events"] and backend.name == "postgresql":
             tx.rows("SELECT setval(pg_get_serial_sequence('rs_events', 'id'),"
                     " (SELECT MAX(id) FROM rs_events))")
         # notifications name the history row of their transition (0: a missed
-        # occurrence, which has none): merged, they name the row's new id, and take
-        # ids of the ledger's own. Their outcomes are new to the ledger (a shared key
-        # is refused above), so their unique key cannot meet one of its rows.
+        # occurrence, which has none): merged, they name the row's new id and take ids
+        # of the ledger's own; one the ledger already holds (the same transition and
+        # channel: a missed occurrence noted again since) is kept as it is there
         columns = TABLES["rs_notifications"][0]
         note_cols = columns if keep_ids else tuple(c for c in columns if c != "id")
         sql = (f"INSERT INTO rs_notifications ({', '.join(note_cols)})"
-               f" VALUES ({', '.join('?' * len(note_cols))})")
+               f" VALUES ({', '.join('?' * len(note_cols))})"
+               + ("" if keep_ids else
+                  " ON CONFLICT (outcome_key, event_id, event, channel) DO NOTHING"))
         for row in sorted(rows["rs_notifications"], key=lambda r: int(r["id"])):
             event = int(row["event_id"])
-            tx.run(sql, tuple(renumbered.get(event, event) if c == "event_id" else row[c]
-                              for c in note_cols))
+            if not keep_ids and event:
+                found = renumbered.get((batch_of[id(row)], event))
+                if found is None:
+                    raise InvalidInput(
+                        f"cannot merge: notification {row['id']} of {row['outcome_key']} names "
+                        f"history row {event}, which its part of the file does not hold; "
+                        "nothing was imported")
+                event = found
+            tx.run(sql, tuple(event if c == "event_id" else row[c] for c in note_cols))
         if keep_ids and rows["rs_notifications"] and backend.name == "postgresql":
             tx.rows("SELECT setval(pg_get_serial_sequence('rs_notifications', 'id'),"
                     " (SELECT MAX(id) FROM rs_notifications))")
