@@ -223,3 +223,19 @@ def test_doctor_reports_damage_that_stops_the_check_itself(ready: Home) -> None:
     report = json.loads(proc.stdout)
     assert report["integrity"] == "damaged" and "malformed" in report["problems"][0]
     assert "retrysafe recover" in report["problems"][0]
+
+
+def test_doctor_reports_a_ledger_without_tables_and_writes_none(home: Home) -> None:
+    """doctor only reads: a ledger file of no bytes (or any database without retrysafe's
+    tables: a mistyped URL) is reported as such, never given the tables."""
+    import sqlite3
+
+    home.path.mkdir(parents=True)
+    home.config(CONFIG)
+    db = home.path / "ledger.sqlite3"
+    db.touch()
+    proc = home.run("doctor", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["schema_version"] == 0 and "no retrysafe tables" in report["ledger_state"]
+    assert sqlite3.connect(db).execute("SELECT name FROM sqlite_master").fetchall() == []

@@ -89,6 +89,8 @@ def test_password_from_pgpassword_works_and_stays_hidden(password_server: Throwa
     """The password comes from PGPASSWORD, not the URL; doctor shows URL, schema, server."""
     _worker_role(password_server)
     url = f"postgresql://worker@127.0.0.1:{password_server.port}/ledger"
+    migrated = cli(tmp_path / "home", url, "migrate", env={"PGPASSWORD": SECRET})
+    assert migrated.returncode == 0, migrated.stderr  # doctor only reads: it migrates nothing
     proc = cli(tmp_path / "home", url, "doctor", "--json", env={"PGPASSWORD": SECRET})
     assert proc.returncode == 0, proc.stderr
     assert SECRET not in proc.stdout
@@ -396,3 +398,23 @@ def test_what_is_pending_survives_reads_binds_and_the_clock(pg_db: str) -> None:
         assert rows["a"]["at"] == rows["a"]["at2"]
     finally:
         backend.close()
+
+
+def test_doctor_on_a_database_without_the_ledger_creates_nothing(pg_db: str,
+                                                                 tmp_path: Path) -> None:
+    """A ledger URL naming a database that holds other things (a mistyped URL): doctor
+    says it has no retrysafe tables, and creates none."""
+    import json
+    import os
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "retrysafe.toml").write_text('[jobs.j]\nkey = "j:{n}"\nparams = { n = "slug" }\n')
+    proc = subprocess.run([sys.executable, "-m", "retrysafe", "--home", str(home), "doctor",
+                           "--json"], env={**os.environ, "RETRYSAFE_LEDGER": pg_db},
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no retrysafe tables" in json.loads(proc.stdout)["ledger_state"]
+    with psycopg.connect(pg_db) as conn:
+        assert conn.execute("SELECT count(*) FROM information_schema.tables"
+                            " WHERE table_name LIKE 'rs\\_%'").fetchone() == (0,)

@@ -89,3 +89,4 @@ def test_a_gap_committed_just_before_the_gauges_are_read_again_is_counted_once(
     other.close()
     assert counts.outcomes == _truth(ledger) == {("j", "done"): 1, ("j", "failed"): 1}
     assert not counts.gaps
+

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +12,9 @@ from ..errors import EXIT_FAILED, ConfigError
 from ..ledger import display_url, open_ledger
 from ..ledger.migrations import SCHEMA_VERSION
 from ._common import emit_json, json_option, state
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 
 @click.command()
@@ -91,9 +95,7 @@ def doctor(as_json: bool) -> None:
         report["ledger_state"] = "not created yet: the first run creates it"
     else:
         try:
-            ledger = engine.existing_ledger()
-            report.update({"ledger": ledger.url, "schema_version": ledger.schema_version(),
-                           "code_schema_version": SCHEMA_VERSION, **ledger.backend.health()})
+            _check_ledger(engine, report)
             ok = not report.get("problems")
         except Exception as exc:  # noqa: BLE001 - doctor reports, it does not crash
             ok = False
@@ -106,6 +108,31 @@ def doctor(as_json: bool) -> None:
             for line in v if isinstance(v, list) and k == "problems" else [v]:
                 click.echo(f"{'problem' if k == 'problems' else k:20} {line}")
     sys.exit(0 if ok else EXIT_FAILED)
+
+
+def _check_ledger(engine: Engine, report: dict[str, object]) -> None:
+    """The ledger's schema and health, read without migrating it: a database with no
+    retrysafe tables (a mistyped URL, a file of no bytes) is reported, not filled."""
+    from ..identity import check_home
+
+    settings = engine.config.settings
+    ledger = open_ledger(settings.ledger_url, sqlite_synchronous=settings.sqlite_synchronous,
+                         must_exist=True, auto_migrate=False)
+    try:
+        version = ledger.schema_version()
+        report.update({"ledger": ledger.url, "schema_version": version,
+                       "code_schema_version": SCHEMA_VERSION, **ledger.backend.health()})
+        if version == 0:
+            report["ledger_state"] = ("no retrysafe tables yet: the first run creates them "
+                                      "(is the ledger URL right?)")
+            return
+        if version < SCHEMA_VERSION:
+            report["ledger_state"] = (f"schema {version} of {SCHEMA_VERSION}: the next run, or "
+                                      "'retrysafe migrate', applies the rest")
+            return
+        check_home(engine.home, ledger, settings.ledger_url, write=False)
+    finally:
+        ledger.close()
 
 
 @click.command()
