@@ -24,7 +24,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -144,7 +144,7 @@ class HistoryCounts:
             self._apply(listing.history_delta(ids=found, attempts=False), attempts=False)
             for i in found:
                 del self.gaps[i]
-        self._count(listing, after, max(gauges.hw, after), now, attempts=False, held=held)
+        self._count(listing, after, gauges.hw, now, attempts=False, held=held)
         # a prune may have taken the newest rows: go on from the highest there is (ids
         # are never drawn again), the row last_row marks
         self.last_id = gauges.hw
@@ -159,13 +159,6 @@ class HistoryCounts:
                 if now - since > GAP_TTL:
                     del self.gaps[i]
         self._count(listing, self.last_id, hw, now, attempts=True)
-
-    def _note_gaps(self, ids: Iterable[int], now: float | None = None) -> None:
-        at = time.time() if now is None else now
-        self.gaps.update((i, at) for i in ids)
-        if len(self.gaps) > _MAX_GAPS:
-            for i in sorted(self.gaps)[:len(self.gaps) - _MAX_GAPS]:
-                del self.gaps[i]
 
     def _count(self, listing: Listing, after: int, upto: int, now: float, *,
                attempts: bool, held: set[int] | None = None) -> None:
@@ -186,7 +179,10 @@ class HistoryCounts:
                     else sorted(i for i in held if edge < i <= upto))
             self._apply(listing.history_delta(ids=seen, attempts=attempts), attempts=attempts)
             have = set(seen)
-            self._note_gaps((i for i in range(edge + 1, upto + 1) if i not in have), now)
+            self.gaps.update((i, now) for i in range(edge + 1, upto + 1) if i not in have)
+            if len(self.gaps) > _MAX_GAPS:
+                for i in sorted(self.gaps)[:len(self.gaps) - _MAX_GAPS]:
+                    del self.gaps[i]
         self.last_id = upto
 
     def _apply(self, delta: HistoryDelta, *, attempts: bool) -> None:

@@ -165,19 +165,20 @@ class Listing:
             return [r["job"] for r in tx.rows("SELECT DISTINCT job FROM rs_outcomes ORDER BY job")]
 
     @staticmethod
-    def _outcome_counts(tx: Tx, drills: bool) -> dict[tuple[str, str], int]:
-        """Outcomes by ``(job, state)``: a count of each range of the ``(job, state)``
-        index (reading index entries, never rows), less the drill trials, counted in
-        their own index."""
+    def _outcome_counts(tx: Tx, drills: bool,
+                        states: Sequence[str] | None = None) -> dict[tuple[str, str], int]:
+        """Outcomes by ``(job, state)`` (of ``states``, every state without): a count of
+        each range of the ``(job, state)`` index (reading index entries, never rows),
+        less the drill trials, counted in their own index."""
         from ..states import OutcomeState
 
         counts: dict[tuple[str, str], int] = {}
         for job in [r["job"] for r in tx.rows("SELECT DISTINCT job FROM rs_outcomes")]:
-            for state in OutcomeState:
+            for state in [s.value for s in OutcomeState] if states is None else states:
                 row = tx.one("SELECT COUNT(*) AS n FROM rs_outcomes WHERE job = ? AND state = ?",
-                             (job, state.value))
+                             (job, state))
                 if row and int(row["n"]):
-                    counts[(job, state.value)] = int(row["n"])
+                    counts[(job, state)] = int(row["n"])
         if not drills:
             # the pattern is written out, as in the index's own WHERE (migration 10):
             # only then may the database answer from that index alone
@@ -302,16 +303,8 @@ class Listing:
         ``(job, state)`` index, as long as the outcomes waiting to start, less the
         planned trials of the drill index."""
         with self.backend.transaction(write=False) as tx:
-            out: dict[str, int] = {}
-            for job in [r["job"] for r in tx.rows("SELECT DISTINCT job FROM rs_outcomes")]:
-                row = tx.one("SELECT COUNT(*) AS n FROM rs_outcomes WHERE job = ? AND state = ?",
-                             (job, "planned"))
-                if row and int(row["n"]):
-                    out[job] = int(row["n"])
-            for r in tx.rows(_DRILL_COUNTS):
-                if r["state"] == "planned" and r["job"] in out:
-                    out[r["job"]] -= int(r["n"])
-        return {job: n for job, n in out.items() if n > 0}
+            counts = self._outcome_counts(tx, drills=False, states=("planned",))
+        return {job: n for (job, _state), n in counts.items()}
 
     def event_ids(self, after: int, upto: int) -> list[int]:
         """The ids of the history rows in ``(after, upto]`` (a range of the primary key)."""
