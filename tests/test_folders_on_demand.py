@@ -109,10 +109,12 @@ def test_the_folder_is_made_when_the_attempt_needs_one(home: Path) -> None:
 def test_a_stale_folder_of_the_same_attempt_number_is_set_aside_when_made(home: Path) -> None:
     with retrysafe.start("report", {"week": "2026-W09"}, home=home) as run:
         run.effect("send", "message", execute=lambda key: "msg-0")
-    # a folder the ledger does not know (a lost ledger's): never written into
+    # a folder the ledger does not know, left by a claim a power cut took (no work
+    # followed it; one that shows work is refused, tests/cli/test_lost_ledger.py):
+    # never written into
     stale = home / "runs/report/report+2026-W12/attempt-1"
     stale.mkdir(parents=True)
-    (stale / "status.json").write_text('{"attempt_id": "0123abcd", "state": "done"}')
+    (stale / "status.json").write_text('{"attempt_id": "0123abcd", "state": "running"}')
     with retrysafe.start("report", {"week": "2026-W12"}, home=home) as run:
         assert run.dir == stale
     assert (stale.parent / "attempt-1.orphan-0123abcd" / "status.json").is_file()

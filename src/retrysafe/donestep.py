@@ -236,11 +236,12 @@ def done_outcome_line(job: str, params: list[str], command: str, *, home: str | 
                 or not all(isinstance(t, str) and t in keys.PARAM_TYPES
                            for t in declared.values())):
             return None
-        key = keys.render_key(template, {name: keys.validate_param(name, type_name, given[name])
-                                         for name, type_name in declared.items()})
+        canonical = {name: keys.validate_param(name, type_name, given[name])
+                     for name, type_name in declared.items()}
+        key = keys.render_key(template, canonical)
         out = book.outcome(key)
-        if out is None or out.state != "done" or out.job != job:
-            return None
+        if out is None or out.state != "done" or out.job != job or out.params != canonical:
+            return None  # (other parameters made that key: the full command refuses it)
         return [f"done: {key} is already done; nothing to do"]
 
     return _outcome_answer(home, config, ledger, write=True, answer=answer)

@@ -37,7 +37,8 @@ from .errors import (
     command_line,
     unblock_command,
 )
-from .folders import AttemptFolder
+from .folders import AttemptFolder, outcome_dir
+from .identity import LedgerMismatch, lost_work
 from .keys import DRILL_MARK, check_key, check_name, step_ref
 from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, StepRecord, open_ledger
 from .process import attempt_liveness, this_holder
@@ -226,9 +227,20 @@ class Engine:
         # a done outcome stays done: one read (the outcome and its steps) answers a
         # re-run, no write transaction
         known, steps = self.ledger.outcome_and_steps(key)
+        if known is not None and known.params != canonical:
+            _same_params(key, known.params, canonical)
         if known is not None and known.state == OutcomeState.DONE and known.job == spec.name:
             return Start(ClaimStatus.DONE, key, known, None, Claim(ClaimStatus.DONE, known),
                          steps=tuple(steps))
+        folder_path = outcome_dir(self.home, spec.name, key)
+        lost = lost_work(folder_path, known.attempts if known is not None else 0)
+        if lost is not None:
+            raise LedgerMismatch(
+                f"{folder_path / lost} shows work on outcome {key} that the ledger "
+                f"{self.ledger.url} does not record (it was put back from an older copy, or "
+                "its -wal file was deleted): nothing was run. Put the newer ledger back, or "
+                "move the ledger file (with its -wal file) aside and rebuild it from the "
+                "attempt folders with 'retrysafe recover'", key=key)
         if not self._home_made:
             ensure_home(self.home)
             self._home_made = True
@@ -453,6 +465,19 @@ def start(
 # for the life of the process instead, and closed at exit. It is opened again when
 # its config file or SQLite ledger file is not the one it opened (edited, replaced,
 # deleted), and in a child after fork (connections are never shared across fork).
+
+def _same_params(key: str, stored: Mapping[str, str], given: Mapping[str, str]) -> None:
+    """Refuse a run whose parameters render the key of an outcome made by other values
+    of the same parameters (``{user}:{topic}`` with ``bob:billing`` + ``overdue`` and
+    ``bob`` + ``billing:overdue``): it would be answered as that outcome and its own
+    work skipped. A parameter renamed in the config (other names) is not a collision."""
+    if set(stored) == set(given) and any(str(stored[n]) != given[n] for n in given):
+        shown = ", ".join(f"{n}={stored[n]}" for n in sorted(stored))
+        raise InvalidInput(
+            f"outcome {key} was made by other parameters ({shown}): the job's key template "
+            "renders both as one key; put a separator in the key template that the values "
+            "cannot hold, or choose other values", key=key)
+
 
 class _Kept(NamedTuple):
     engine: Engine

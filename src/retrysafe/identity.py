@@ -18,7 +18,7 @@ from pathlib import Path
 from .errors import InvalidInput
 from .ledger import Ledger
 
-__all__ = ["MARK", "LedgerMismatch", "check_home", "ledger_identity", "record_identity"]
+__all__ = ["MARK", "LedgerMismatch", "check_home", "ledger_identity", "lost_work", "record_identity"]
 
 MARK = ".ledger-id"
 """The file under ``runs/`` that names the home's ledger."""
@@ -135,6 +135,51 @@ def set_aside_stale_folder(path: Path, attempt_id: str) -> Path | None:
         target = path.with_name(f"{path.name}.orphan-{os.urandom(8).hex()}")
     os.rename(path, target)
     return target
+
+
+def _shows_work(folder: Path) -> bool:
+    """Does an attempt folder show more than a claim: a state past ``running``, or a
+    logged action after ``begin`` (an intent, a record, a lookup, a generation)?"""
+    import json
+
+    try:
+        status = json.loads((folder / "status.json").read_bytes())
+        if isinstance(status, dict) and status.get("state") not in (None, "running"):
+            return True
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(folder / "log.jsonl", "rb") as fh:
+            for line in fh:
+                try:
+                    action = json.loads(line).get("action")
+                except (ValueError, AttributeError):
+                    continue
+                if action not in (None, "begin"):
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def lost_work(outcome_dir: Path, known_attempts: int) -> str | None:
+    """The first attempt folder of an outcome that shows work (:func:`_shows_work`)
+    although the ledger knows fewer attempts of it: the ledger lost records this home
+    holds (an older copy of it was put back, its ``-wal`` file was deleted after a
+    crash). Running on would repeat that work, so the caller refuses. A folder a
+    lost claim left (a power cut takes an unsynced claim, which started nothing)
+    shows no work and is set aside as before (:func:`set_aside_stale_folder`)."""
+    try:
+        names = os.listdir(outcome_dir)
+    except OSError:  # no folder (the common case: one failed stat)
+        return None
+    for name in sorted(names):
+        number = name.removeprefix("attempt-")
+        if number == name or not number.isdigit() or int(number) <= known_attempts:
+            continue
+        if _shows_work(outcome_dir / name):
+            return name
+    return None
 
 
 TEMP_AGE = 60.0

@@ -51,8 +51,9 @@ def _no_controls(label: str, value: str) -> None:
     import unicodedata
 
     for ch in value:
-        if unicodedata.category(ch) in ("Cc", "Cf"):
-            kind = "control" if unicodedata.category(ch) == "Cc" else "invisible"
+        category = unicodedata.category(ch)
+        if category in ("Cc", "Cf", "Zl", "Zp"):
+            kind = {"Cc": "control", "Cf": "invisible"}.get(category, "line break")
             raise InvalidParameter(f"{label}: {kind} character U+{ord(ch):04X} is not allowed")
 
 
@@ -158,6 +159,13 @@ def template_fields(template: str) -> list[str]:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
         raise ConfigError(f"key template {template!r}: {exc}") from None
+    if DRILL_MARK in template:
+        raise ConfigError(f"key template {template!r}: '{DRILL_MARK}' is reserved for drill "
+                          "trials' keys (KEY~TRIAL); use another character")
+    try:
+        _no_controls(f"key template {template!r}", template)
+    except InvalidParameter as exc:
+        raise ConfigError(str(exc)) from None
     fields: list[str] = []
     for _literal, field, spec, conv in parsed:
         if field is None:
@@ -169,8 +177,15 @@ def template_fields(template: str) -> list[str]:
 
 
 def render_key(template: str, params: Mapping[str, str]) -> str:
-    """Render ``template`` from already-validated ``params``."""
+    """Render ``template`` from already-validated ``params``. ``~`` is refused: it marks
+    a drill trial's key (``KEY~TRIAL``), which listings leave out and drill clean-ups
+    delete, so a real outcome must never carry it."""
     key = template.format_map(dict(params))
+    if DRILL_MARK in key:
+        name = next((n for n, v in params.items() if DRILL_MARK in v), None)
+        where = f"parameter {name!r}" if name else f"key template {template!r}"
+        raise InvalidParameter(f"{where}: '{DRILL_MARK}' is reserved for drill trials' keys "
+                               "(KEY~TRIAL); use another character")
     check_key(key)
     return key
 

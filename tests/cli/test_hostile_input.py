@@ -69,7 +69,8 @@ def test_precomposed_and_decomposed_spellings_are_one_outcome(home: Home, tmp_pa
     assert sent.read_text() == "once\n"
 
 
-@pytest.mark.parametrize("char", ["\u202e", "\u200b", "\u2066", "\u00ad", "\x1b"])
+@pytest.mark.parametrize("char", ["\u202e", "\u200b", "\u2066", "\u00ad", "\x1b", "\u2028",
+                                  "\u2029"])
 def test_invisible_and_control_characters_in_parameters_are_refused_and_never_printed(
         home: Home, tmp_path: Path, char: str) -> None:
     """Bidirectional overrides, zero-width and control characters: exit 2, one line
@@ -110,3 +111,46 @@ def test_two_outcomes_whose_old_step_keys_collided_each_run_their_own_effect(
         one, two = ledger.step("team/send//mail"), ledger.step("team/send/mail")
         assert one is not None and (one.outcome_key, one.name, one.item) == ("team/send", "mail", "")
         assert two is not None and (two.outcome_key, two.name, two.item) == ("team", "send", "mail")
+
+
+def test_a_tilde_which_marks_drill_trials_is_refused_in_parameters_and_key_templates(
+        home: Home, tmp_path: Path) -> None:
+    """``KEY~TRIAL`` is a drill trial's key: listings leave such keys out and drill
+    clean-ups delete them, so a real outcome whose key held a ``~`` (a parameter
+    ``~alice/docs``) would be hidden from needs-attention and deleted by
+    ``drill --cleanup`` or ``prune --drills``. Refused in one line, nothing recorded."""
+    _configure(home)
+    before = home.snapshot()
+    sent = tmp_path / "sent"
+    proc = home.run("run", "team", "-p", "name=~alice", "--", "sh", "-c", f"echo x >> {sent}")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "parameter 'name'" in proc.stderr and "drill" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not sent.exists()
+    assert home.snapshot() == before
+    added = home.run("job", "add", "other", "--key", "a~{n}", "--param", "n=int")
+    assert added.returncode == 2 and "reserved for drill" in added.stderr, added.stderr
+    assert "other" not in (home.path / "retrysafe.toml").read_text()
+
+
+def test_parameters_that_render_another_outcomes_key_are_refused_not_answered_done(
+        home: Home, tmp_path: Path) -> None:
+    """``{user}:{topic}`` renders ``bob`` + ``billing:overdue`` and ``bob:billing`` +
+    ``overdue`` as one key: the second piece of work must not be answered "already
+    done" (its command never ran); it is refused, exit 2, on the fast path too."""
+    home.path.mkdir(parents=True, exist_ok=True)
+    home.config("""
+    [jobs.notify]
+    key = "notify:{user}:{topic}"
+    params = { user = "str", topic = "str" }
+    """)
+    sent = tmp_path / "sent"
+    cmd = ["sh", "-c", f"echo \"$RETRYSAFE_OUTCOME_KEY\" >> {sent}"]
+    first = home.run("run", "notify", "-p", "user=bob", "-p", "topic=billing:overdue", "--", *cmd)
+    assert first.returncode == 0, first.stdout + first.stderr
+    other = home.run("run", "notify", "-p", "user=bob:billing", "-p", "topic=overdue", "--", *cmd)
+    assert other.returncode == 2, other.stdout + other.stderr
+    assert "made by other parameters" in other.stderr and "already done" not in other.stdout
+    assert len(other.stderr.strip().splitlines()) == 1
+    again = home.run("run", "notify", "-p", "user=bob", "-p", "topic=billing:overdue", "--", *cmd)
+    assert again.returncode == 0 and "already done" in again.stdout
+    assert sent.read_text() == "notify:bob:billing:overdue\n"

@@ -5,9 +5,11 @@ recover`` rebuilds it from the attempt folders, keeping only what they prove."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
+import pytest
 from support import Home
 
 PY = sys.executable
@@ -97,12 +99,52 @@ def test_an_attempt_folder_left_by_a_lost_ledger_is_kept_not_overwritten(
     assert home.run("run", "report", "-p", "week=2026-W14", "--", "true").returncode == 0
     stale = home.path / "runs/report/report+2026-W15/attempt-1"
     stale.mkdir(parents=True)
-    (stale / "status.json").write_text('{"attempt_id": "0123abcd", "state": "done"}')
+    # a claim a power cut took from the ledger (it is not synced): no work followed it
+    (stale / "status.json").write_text('{"attempt_id": "0123abcd", "state": "running"}')
+    (stale / "log.jsonl").write_text('{"action": "begin", "result": "started"}\n')
     (stale / "report.md").write_text("an earlier report\n")
     assert home.run("run", "report", "-p", "week=2026-W15", "--", "true").returncode == 0
     kept = stale.with_name("attempt-1.orphan-0123abcd")
     assert (kept / "report.md").read_text() == "an earlier report\n"
     assert json.loads((stale / "status.json").read_text())["attempt_id"] != "0123abcd"
+
+
+@pytest.mark.parametrize("how", ["older copy", "wal deleted"])
+def test_a_ledger_that_lost_work_its_folders_show_is_refused_before_anything_runs(
+        home: Home, tmp_path: Path, how: str) -> None:
+    """The home's own ledger put back from an older copy, or its -wal file deleted
+    after a crash, has the right identity but has forgotten work an attempt folder
+    shows (a record, a done close-out). Running on would send the message again: the
+    run is refused, exit 2, one line naming the folder and 'retrysafe recover'."""
+    import shutil
+
+    effects, script = _setup(home, tmp_path)
+    assert home.run("run", "report", "-p", "week=2026-W20", "--", "sh", "-c", script
+                    ).returncode == 0
+    db = home.path / "ledger.sqlite3"
+    if how == "older copy":
+        with sqlite3.connect(db) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        shutil.copy(db, tmp_path / "copy.sqlite3")
+        done = home.run("run", "report", "-p", "week=2026-W21", "--", "sh", "-c", script)
+        assert done.returncode == 0, done.stdout + done.stderr
+        shutil.copy(tmp_path / "copy.sqlite3", db)
+    else:
+        crashed = home.run("run", "report", "-p", "week=2026-W21", "--", "sh", "-c", script,
+                           env={"RETRYSAFE_CRASH_AT": "run:before-closeout"})
+        assert crashed.returncode != 0
+        # a copy of the files as the crash left them, without the log a reader keeps
+        shutil.copy(db, tmp_path / "copy.sqlite3")
+        shutil.copy(tmp_path / "copy.sqlite3", db)
+    for suffix in ("-wal", "-shm"):
+        (home.path / f"ledger.sqlite3{suffix}").unlink(missing_ok=True)
+    assert effects.read_text().splitlines() == ["report:2026-W20/send", "report:2026-W21/send"]
+    again = home.run("run", "report", "-p", "week=2026-W21", "--", "sh", "-c", script)
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert "report+2026-W21/attempt-1 shows work" in again.stderr
+    assert "retrysafe recover" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+    assert effects.read_text().splitlines() == ["report:2026-W20/send", "report:2026-W21/send"]
+    assert (home.path / "runs/report/report+2026-W21/attempt-1").is_dir()
 
 
 def test_temporary_files_a_killed_writer_left_are_removed_by_the_next_attempt(
