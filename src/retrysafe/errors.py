@@ -240,8 +240,11 @@ def unblock_command(cause: BlockCause | str, key: str, step: str | None = None, 
         return command_line("resolve", key, step, options=f"--found {quote(evidence)}")
     if cause in (BlockCause.NOT_RETRIED, BlockCause.ARTIFACT):
         return command_line("resolve", key, step, options="--absent")
-    found = command_line("resolve", key, step, options="--found EVIDENCE")
-    if found.endswith("--found EVIDENCE"):
+    # the placeholder <EVIDENCE> cannot run: pasted as printed, the shell refuses the
+    # line (a redirection, then '>' before '|') before it starts anything, so no step
+    # is ever recorded found with the word EVIDENCE as what was found
+    found = command_line("resolve", key, step, options="--found <EVIDENCE>")
+    if found.endswith("--found <EVIDENCE>"):
         return found + " | --absent"
     return f"{found} | {command_line('resolve', key, step, options='--absent')}"
 

@@ -43,6 +43,7 @@ __all__ = [
     "json_members",
     "json_string",
     "lstat_no_link",
+    "open_private",
     "private_dirs",
     "sha256_file",
 ]
@@ -67,6 +68,21 @@ def _unsafe(path: Path) -> UnsafePath:
     what = "a symbolic link" if link else "not a folder"
     return UnsafePath(f"{path} is {what}; retrysafe does not follow links below its home: "
                       "remove it (or move what it points to in its place)")
+
+
+def open_private(path: Path) -> BinaryIO:
+    """``path`` opened to be written from its start (``w+b``), never through a symbolic
+    link (refused as :class:`UnsafePath`); a new file is ``0600`` less the umask, an
+    existing one keeps its mode: a step's output log, which holds what its command
+    printed."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | _NOFOLLOW
+                     | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _unsafe(path) from None
+        raise
+    return os.fdopen(fd, "w+b")
 
 
 def lstat_no_link(path: Path) -> os.stat_result | None:

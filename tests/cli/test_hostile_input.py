@@ -46,7 +46,7 @@ def test_a_printed_unblock_command_pasted_into_a_shell_does_exactly_what_it_says
     """Keys from hostile parameters are quoted (and put after ``--`` when they start
     with a dash): pasting the hint runs nothing else and settles the right step."""
     hint = _blocked_step(home, tmp_path, name)
-    first_choice = hint.split(" | ")[0].replace("EVIDENCE", "msg-1")
+    first_choice = hint.split(" | ")[0].replace("<EVIDENCE>", "msg-1")
     bindir = str(Path(sys.executable).parent)
     proc = subprocess.run(["sh", "-c", first_choice], cwd=tmp_path, capture_output=True, text=True,
                           env={**home.env, "PATH": f"{bindir}:{os.environ['PATH']}"}, check=False)
@@ -154,3 +154,20 @@ def test_parameters_that_render_another_outcomes_key_are_refused_not_answered_do
     again = home.run("run", "notify", "-p", "user=bob", "-p", "topic=billing:overdue", "--", *cmd)
     assert again.returncode == 0 and "already done" in again.stdout
     assert sent.read_text() == "notify:bob:billing:overdue\n"
+
+
+def test_a_printed_unblock_line_pasted_whole_runs_nothing(home: Home, tmp_path: Path) -> None:
+    """The line offers two commands (found, with a placeholder for the evidence, or
+    absent). Pasted whole, unedited, the shell refuses it: the step is never recorded
+    found with the placeholder as its evidence (nothing was checked)."""
+    hint = _blocked_step(home, tmp_path, "pasted")
+    assert "--found <EVIDENCE> | " in hint
+    bindir = str(Path(sys.executable).parent)
+    for shell in ("sh", "bash"):
+        proc = subprocess.run([shell, "-c", hint], cwd=tmp_path, capture_output=True, text=True,
+                              env={**home.env, "PATH": f"{bindir}:{os.environ['PATH']}"},
+                              check=False)
+        assert proc.returncode != 0 and "syntax error" in proc.stderr.lower(), proc.stderr
+    with home.open_ledger() as ledger:
+        step = ledger.step("pasted/send")
+        assert step is not None and step.state == "blocked" and step.evidence != "EVIDENCE"

@@ -333,3 +333,41 @@ def test_linked_summary_is_refused_and_its_target_unchanged(home: Home, tmp_path
     _assert_refused(proc, summary)
     assert {p.name: p.read_bytes() for p in elsewhere.iterdir()} == before
     assert summary.is_symlink()
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o022])
+def test_step_output_logs_are_private_whatever_the_umask(home: Home, umask: int) -> None:
+    """What a step's command and its check print is kept in ``step-NAME.log`` and
+    ``step-NAME.check.out``: 0600 like every other file of the home."""
+    _ready(home)
+    step = shlex.join([*home.cmd(), "step", "send", "--class", "message",
+                       "--check", "echo absent >&2; exit 1", "--", "echo", "secret-output"])
+    proc = _run_with_umask(home, umask, "run", "report", "-p", "week=2026-W30", "--",
+                           "sh", "-c", step)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    folder = home.path / "runs/report/report+2026-W30/attempt-1"
+    logs = sorted(p.name for p in folder.glob("step-*"))
+    assert logs == ["step-send.check.out", "step-send.log"]
+    assert {_mode(folder / n) for n in logs} == {0o600}
+
+
+@pytest.mark.parametrize("name", ["step-send.log", "step-send.check.out"])
+def test_linked_step_log_is_refused_before_the_step_records_anything(
+        home: Home, tmp_path: Path, name: str) -> None:
+    """A link planted where a step keeps its command's output: the step exits 2 naming
+    it before it records anything or runs its command; the file it points to is
+    untouched."""
+    _ready(home)
+    elsewhere, before = _victim(tmp_path)
+    sent = tmp_path / "sent"
+    step = shlex.join([*home.cmd(), "step", "send", "--class", "message",
+                       "--check", "exit 1", "--", "sh", "-c", f"echo x >> {sent}; echo overwritten"])
+    script = (f'ln -s {shlex.quote(str(elsewhere / "log.jsonl"))} '
+              f'"$RETRYSAFE_ATTEMPT_DIR/{name}" && {step}; echo "step=$?"')
+    proc = home.run("run", "report", "-p", "week=2026-W31", "--", "sh", "-c", script)
+    assert "step=2" in proc.stdout, (proc.stdout, proc.stderr)
+    assert "symbolic link" in proc.stderr and name in proc.stderr
+    assert {p.name: p.read_bytes() for p in elsewhere.iterdir()} == before
+    assert not sent.exists()
+    with home.open_ledger() as ledger:
+        assert ledger.step("report:2026-W31/send") is None

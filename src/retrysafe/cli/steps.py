@@ -23,6 +23,7 @@ from ..connectors import build_connector
 from ..connectors.base import ABSENT, Ambiguous, EffectFailed, Found, LookupResult
 from ..donestep import done_step_evidence
 from ..errors import EXIT_BUSY, InvalidInput
+from ..fsio import lstat_no_link, open_private
 from ..keys import check_name, parse_assignments, slug, step_key
 from ..process import group_alive
 from ..states import StepState
@@ -93,7 +94,9 @@ def last_line_evidence(fh: BinaryIO) -> str:
 def output_file(run: Run, name: str, item: str | None, suffix: str = ".log") -> Path:
     """Where a step's command output is kept: ``attempt-N/step-NAME[+ITEM].log``."""
     run.folder.create()
-    return run.dir / f"step-{slug(name)}{'+' + slug(item) if item else ''}{suffix}"
+    path = run.dir / f"step-{slug(name)}{'+' + slug(item) if item else ''}{suffix}"
+    lstat_no_link(path)  # a link there is refused before the step records anything
+    return path
 
 
 def check_command(argv0: str, env: Mapping[str, str]) -> None:
@@ -203,7 +206,7 @@ def shell_lookup(check: str, env: Mapping[str, str], out: Path | None = None,
     def lookup(step_key: str) -> LookupResult:
         import tempfile
 
-        with (open(out, "w+b") if out else tempfile.TemporaryFile()) as fh, \
+        with (open_private(out) if out else tempfile.TemporaryFile()) as fh, \
                 tempfile.TemporaryFile() as err:
             try:
                 rc = run_bounded(["/bin/sh", "-c", check], {**env, envvars.STEP_KEY: step_key},
@@ -273,7 +276,7 @@ def command_execute(cmd: tuple[str, ...], env: Mapping[str, str], out: Path,
     process group is killed and the step is unknown."""
 
     def execute(step_key: str) -> str:
-        with open(out, "w+b") as fh:
+        with open_private(out) as fh:
             sys.stderr.flush()
             follower = _Follower(out)
             try:
@@ -461,7 +464,7 @@ def generate(name: str, output: str | None, validate: str | None, item: str | No
     def produce(out: Path) -> None:
         # the generator's stdout goes to its log and our stderr as it comes, bytes as they are
         log = output_file(run, name, item)
-        with open(log, "wb") as fh:
+        with open_private(log) as fh:
             sys.stderr.flush()
             follower = _Follower(log)
             try:
