@@ -117,6 +117,12 @@ def test_dry_run_lists_each_item_with_its_state_and_runs_nothing(home: Home, job
     rows = {r["item"]: (r["state"], r["action"]) for r in json.loads(proc.stdout)["items"]}
     assert rows == {"d-1": ("done", "skip"), "broken": ("failed", "run"), "d-2": ("new", "run")}
     assert handled(job) == ["d-1", "broken"]
+    # an id the job refuses: one line for it, the others listed, exit 2 (the text form too)
+    proc = each(home, "d-1\nNot A Slug\n", "--dry-run", cmd=())
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "refused" in proc.stderr and "Traceback" not in proc.stderr
+    assert "d-1" in proc.stdout and "skip" in proc.stdout
+    assert handled(job) == ["d-1", "broken"]
 
 
 def test_usage_errors_change_nothing(home: Home, job: Path) -> None:

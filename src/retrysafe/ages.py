@@ -9,7 +9,7 @@ from .errors import InvalidInput
 __all__ = ["parse_age"]
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_AGE = re.compile(r"(\d{1,9})([smhdw])")
+_AGE = re.compile(r"([0-9]{1,9})([smhdw])")
 
 
 def parse_age(text: str, what: str = "age") -> float:

@@ -42,7 +42,7 @@ DEFAULT_WINDOW = "7d"
 """The window when catch-up is on and none is given: a week before the current
 occurrence, which holds a weekly job's previous run and a daily job's last seven."""
 
-_COUNT = re.compile(r"^\d{1,6}$")
+_COUNT = re.compile(r"^[0-9]{1,6}$")
 #: states of an earlier occurrence that a person must settle: reported, never run
 _WAITING = frozenset({"blocked"})
 

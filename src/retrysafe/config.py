@@ -169,8 +169,9 @@ def parse_job(name: str, table: Mapping[str, Any]) -> Job:
 
     def positive_int(fname: str, default: int) -> int:
         value = table.get(fname, default)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"job {name!r}: {fname!r} must be a positive integer")
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 10**9:
+            raise ConfigError(f"job {name!r}: {fname!r} must be a whole number from 1 "
+                              "to 999999999")
         return value
 
     def seconds(fname: str) -> float | None:

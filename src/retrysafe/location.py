@@ -58,6 +58,9 @@ def read_toml(path: Path) -> dict[str, Any]:
         return {}
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config {path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config {path}: not UTF-8 text (byte {exc.start}); "
+                          "save it as UTF-8") from None
     except OSError as exc:
         raise ConfigError(f"config {path}: {exc.strerror or exc}") from None
 

@@ -75,7 +75,7 @@ _NICKNAMES = {
     "@hourly": "0 * * * *",
 }
 
-_DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_DATE_ONLY = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 _SECOND_READING = "_2"
 """Suffix older versions gave a repeated hour's second reading; refused with a reason."""
 _ONE_SECOND = timedelta(seconds=1)

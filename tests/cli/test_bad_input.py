@@ -55,6 +55,11 @@ RUN_CASES = [
     (["retry", "report:2026-W01:ops"], "never repeat"),
     (["job", "add", "bad", "--key", "k:{a}", "--param", "a=float"], "unknown type"),
     (["job", "add", "bad", "--key", "k:{a}"], "no such parameter"),
+    (["job", "add", "bad", "--key", "k:{a}", "--param", "a=str", "--lease-seconds", "9" * 23],
+     "from 1 to 999999999"),
+    (["job", "add", "bad", "--key", "k\u2028{a}", "--param", "a=str"], "line break"),
+    (["ls", "--limit", "9" * 23], "--limit"),
+    (["needs-attention", "--limit", "9" * 23], "--limit"),
 ]
 
 
@@ -83,11 +88,14 @@ def test_unknown_class_inside_an_attempt(ready: Home) -> None:
     "[jobs.x]\nkey = \"x:{a!r}\"\nparams = { a = \"str\" }",
     "[jobs.x]\nkey = \"x\"\nclasses = { payment = { approval = \"no\" } }",
     "[ledger]\nurl = \"mysql://x\"",
+    "[jobs.x]\nkey = \"x:{a}\" # caf\xe9 in Latin-1\nparams = { a = \"str\" }",
+    "[jobs.x]\nkey = \"x~{a}\"\nparams = { a = \"str\" }",
+    "[jobs.x]\nkey = \"x:{a}\"\nparams = { a = \"str\" }\nlease_seconds = 99999999999999",
 ])
 def test_malformed_config_is_one_line(home: Home, text: str) -> None:
     """A broken config names the file and the problem, exit 2, and no ledger is created."""
     home.path.mkdir(parents=True)
-    (home.path / "retrysafe.toml").write_text(text)
+    (home.path / "retrysafe.toml").write_bytes(text.encode("latin-1"))  # (one is not UTF-8)
     before = home.snapshot()
     proc = home.run("run", "x", "-p", "a=1", "--", "true")
     assert_clean_error(proc, before, home)

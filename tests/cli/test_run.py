@@ -242,7 +242,10 @@ def test_job_add_writes_catch_up_and_keep(home: Home) -> None:
     text = (home.path / "retrysafe.toml").read_text()
     assert "catch_up = 3\n" in text and "catch_up = true\n" in text and 'keep = "90d"' in text
     for bad in (["--catch-up", "0"], ["--keep", "soon"], ["--catch-up", "-2d"],
-                ["--catch-up", "\u00b2"], ["--catch-up", "\u2460"], ["--catch-up", "9" * 5000]):
+                ["--catch-up", "\u00b2"], ["--catch-up", "\u2460"], ["--catch-up", "9" * 5000],
+                # digits of other scripts (Arabic-Indic three, fullwidth three)
+                ["--catch-up", "\u0663"], ["--catch-up", "\uff13"], ["--catch-up", "\u0663d"],
+                ["--keep", "\u0663d"]):
         proc = home.run("job", "add", "d", "--key", "d:{at}", *common, *bad)
         assert proc.returncode == 2 and proc.stderr.startswith("retrysafe: "), bad
     unscheduled = home.run("job", "add", "e", "--key", "e:{w}", "--param", "w=isoweek",

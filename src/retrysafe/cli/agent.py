@@ -120,7 +120,7 @@ def _context_fields(pairs: tuple[str, ...]) -> dict[str, str]:
 @params_option()
 @click.option(
     "--lease",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, 10**9 - 1),
     metavar="SECONDS",
     help="How long the attempt survives without a command (default: the job's lease).",
 )

@@ -43,7 +43,7 @@ def show(items: list[Attention], as_json: bool, total: int | None = None) -> Non
 @click.option("--fail-if-any", is_flag=True,
               help="Exit 1 when anything waits (for monitoring); default: exit 0.")
 @click.option("--drills", is_flag=True, help="Include drill trials (keys with ~).")
-@click.option("--limit", type=click.IntRange(min=1), default=None,
+@click.option("--limit", type=click.IntRange(1, 10**9), default=None,
               help="Only the oldest N (the count printed is still of all).")
 @json_option
 def needs_attention(fail_if_any: bool, drills: bool, limit: int | None, as_json: bool) -> None:

@@ -205,7 +205,8 @@ def _dry_run(engine: Engine, planned: list[tuple[Item, str, dict[str, str]]], ba
                    "status": f"would {action.split()[0]}", "exit_code": EXIT_DONE})
     if not as_json:
         table(["item", "key", "state", "would"],
-              [[r["item"], r["key"], r["state"], r["action"]] for r in batch.results])
+              [[r["item"], r.get("key", ""), r.get("state", ""), r.get("action", r["status"])]
+               for r in batch.results])  # (a refused id has no key: it was said why above)
 
 
 @click.command(context_settings={"ignore_unknown_options": True})

@@ -24,7 +24,7 @@ __all__ = ["missed"]
 _NOT_MISSED = frozenset({"done", "running", "generated", "delivered"})
 #: states --run finishes: never ran, or ended without the work done and no human needed
 _RUNNABLE = frozenset({"missing", "planned", "failed", "unknown", "settled"})
-_RELATIVE = re.compile(r"^\d+[smhdw]$")
+_RELATIVE = re.compile(r"^[0-9]+[smhdw]$")
 
 
 def _instant(text: str, schedule: Schedule, what: str) -> datetime:

@@ -63,7 +63,7 @@ def status(key: str, as_json: bool) -> None:
 @click.command()
 @click.option("--job", "job_name", metavar="JOB", help="Only this job's outcomes.")
 @click.option("--state", "state_name", metavar="STATE", help="Only outcomes in this state.")
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1),
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 10**9),
               help="At most this many.")
 @click.option("--drills", is_flag=True, help="Include drill trials (keys with ~), hidden by default.")
 @click.option("--attention", is_flag=True,

@@ -63,7 +63,7 @@ _FIELDS = frozenset(
         "timeout",
     }
 )
-_ROW = re.compile(r"![A-Z]*(\d+)")
+_ROW = re.compile(r"![A-Z]*([0-9]+)")
 
 
 class _Session(AuthorizedSession):
