@@ -392,16 +392,19 @@ class Run:
         self._log(skey, "fail", reason)
 
     def settle_found(self, name: str, evidence: str, *, item: str | None = None,
-                     how: str = "lookup") -> str:
+                     how: str = "lookup", fields: Mapping[str, Any] | None = None) -> str:
         """A lookup found the effect: record it without executing. Returns the
-        evidence that stands: a human's ``resolve --found`` that landed first wins."""
+        evidence that stands: a human's ``resolve --found`` that landed first wins.
+        ``fields``: what the step's intent would have recorded (its class, its check,
+        its connector), for a step found before it ever executed."""
         skey = self._step_key(name, item)
         step = self.ledger.step(skey)
         if step is not None and step.state == _S.DONE:
             return self._settled(skey, step)
         try:
             self._move(skey, _S.DONE, name=name, item=item, expect=(step.state if step else None,),
-                       evidence=evidence, outcome_state=_O.DELIVERED, reason=f"found by {how}")
+                       evidence=evidence, outcome_state=_O.DELIVERED, reason=f"found by {how}",
+                       **(fields or {}))
         except Busy:
             now = self.ledger.step(skey)
             if now is None or now.state != _S.DONE:
@@ -455,6 +458,10 @@ class Run:
                     skey, name, item, cls, None, check=check, connector=connector_name,
                     fingerprint=fp, explain=False):
                 return self._perform(skey, name, item, execute)
+        # what an intent records, for a step settled or blocked before its first one
+        known_as = {"effect_class": str(cls), "check_cmd": check, "connector": connector_name,
+                    "fingerprint": fp}
+        known_as = {k: v for k, v in known_as.items() if v is not None}
         step = self._known.get(skey) if self._known is not None else self.ledger.step(skey)
         if fp and step is not None and step.fingerprint and step.fingerprint != fp:
             return self._update_in_place(skey, name, item, step, connector, payload, fp,
@@ -464,7 +471,8 @@ class Run:
         decision = self.decide(name, cls, item=item, has_lookup=lookup is not None, step=step,
                                lookup_first=first)
         if decision.action is Action.LOOKUP:
-            found = self._settle_by_lookup(skey, name, item, cls, step, lookup, connector)
+            found = self._settle_by_lookup(skey, name, item, cls, step, lookup, connector,
+                                           known_as)
             if found is not None:
                 return found
             step = self.ledger.step(skey)
@@ -521,7 +529,8 @@ class Run:
 
     def _settle_by_lookup(self, skey: str, name: str, item: str | None, cls: EffectClass,
                           step: StepRecord | None, lookup: Lookup | None,
-                          connector: ConnectorBase | None) -> str | None:
+                          connector: ConnectorBase | None,
+                          known_as: Mapping[str, Any] | None = None) -> str | None:
         """Step 2: an earlier try may have acted. Found: record it and return the
         evidence. Absent (and the lookup can prove it): ``None``, go on.
         Otherwise the step is blocked for a human. Before a step's first execution
@@ -542,10 +551,10 @@ class Run:
                 f"({type(exc).__name__}: {exc}); it stays {state}, try again later",
                 key=self.key, step=name, state=state) from None
         if isinstance(result, Found):
-            return self.settle_found(name, result.evidence, item=item)
+            return self.settle_found(name, result.evidence, item=item, fields=known_as)
         if isinstance(result, Ambiguous):
             raise self.block(name, item, step, f"lookup is ambiguous: {result.reason}",
-                             BlockCause.AMBIGUOUS)
+                             BlockCause.AMBIGUOUS, **(known_as or {}))
         authoritative = connector.authoritative if connector is not None else True
         # "absent" from a lookup that cannot prove it settles nothing after a try that
         # may have acted; before the first execution (lookup_first) the ledger's own

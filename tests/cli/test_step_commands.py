@@ -274,3 +274,23 @@ def test_timeouts_keep_the_pass_through_of_signals(home: Home, tmp_path: Path) -
     proc.communicate(timeout=30)
     assert all(wait_gone(int(p)) for p in pids.read_text().split())
     assert step_record(home, "job:a", "send")["state"] == "unknown"
+
+
+def test_a_step_its_check_finds_before_it_ever_runs_keeps_its_class_and_check(
+        home: Home, tmp_path: Path) -> None:
+    """A ``message`` step is looked up before its first execution; found there, it is
+    recorded done without running, and still with its class and its ``--check``, so
+    ``status`` names the class and ``verify`` runs that check."""
+    setup_job(home)
+    ran = tmp_path / "ran"
+    proc = home.run("run", "job", "-p", "n=found", "--", *home.cmd(), "step", "send",
+                    "--class", "message", "--check", "echo msg-42", "--",
+                    "sh", "-c", f"touch {ran}; echo executed")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not ran.exists()
+    step = step_record(home, "job:found", "send")
+    assert (step["state"], step["evidence"]) == ("done", "msg-42")
+    assert (step["effect_class"], step["check"]) == ("message", "echo msg-42")
+    verify = home.run("verify", "job:found")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert "check found the effect" in verify.stdout
