@@ -158,8 +158,10 @@ def _outcome_answer(home: str | None, config: str | None, ledger: str | None, *,
         return None
     try:
         where = locate(home, config, ledger, read_config=True)
-        if where is None or not where.ledger_url.startswith("sqlite:"):
+        if where is None or not where.ledger_url.startswith("sqlite:///"):
             return None
+        if os.stat(where.ledger_url.removeprefix("sqlite:///")).st_size == 0:
+            return None  # a file of no bytes: opening it would write (the full command refuses)
         runs = where.home / "runs"
         if write and not (runs.is_dir() and not runs.is_symlink()
                           and os.access(where.home, os.W_OK | os.X_OK)):

@@ -38,7 +38,7 @@ from .errors import (
     unblock_command,
 )
 from .folders import AttemptFolder, outcome_dir
-from .identity import LedgerMismatch, lost_work
+from .identity import LedgerMismatch, lost_work, refuse_missing_file
 from .keys import DRILL_MARK, check_key, check_name, step_ref
 from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, StepRecord, open_ledger
 from .process import attempt_liveness, this_holder
@@ -141,7 +141,10 @@ class Engine:
     @property
     def ledger(self) -> Ledger:
         if self._ledger is None:
-            if self.config.settings.ledger_url.startswith("sqlite:"):
+            url = self.config.settings.ledger_url
+            if url.startswith("sqlite:///"):
+                refuse_missing_file(self.home, Path(url.removeprefix("sqlite:///")))
+            if url.startswith("sqlite:"):
                 ensure_home(self.home)
             self._ledger = open_ledger(
                 self.config.settings.ledger_url,

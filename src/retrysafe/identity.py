@@ -18,7 +18,8 @@ from pathlib import Path
 from .errors import InvalidInput
 from .ledger import Ledger
 
-__all__ = ["MARK", "LedgerMismatch", "check_home", "ledger_identity", "lost_work", "record_identity"]
+__all__ = ["MARK", "LedgerMismatch", "check_home", "ledger_identity", "lost_work", "record_identity",
+           "refuse_missing_file"]
 
 MARK = ".ledger-id"
 """The file under ``runs/`` that names the home's ledger."""
@@ -69,6 +70,29 @@ def has_outcome_folders(runs: Path) -> bool:
     at the first one."""
     return (next(runs.glob("*/*/attempt-*"), None) is not None
             or next(runs.glob("*/.journal/*.jsonl"), None) is not None)
+
+
+def refuse_missing_file(home: Path, path: Path) -> None:
+    """Before a SQLite ledger is opened to be written: a file that is missing or holds
+    no bytes, in a home whose ``runs/`` were written with a ledger, is refused
+    (:class:`LedgerMismatch`) before opening it would create it. Only ``recover``
+    makes such a ledger again."""
+    try:
+        if path.stat().st_size > 0:
+            return
+        what = "is empty"
+    except FileNotFoundError:
+        what = "is missing"
+    except OSError:
+        return  # (opening it says why)
+    runs = home / "runs"
+    if _recorded(runs) is None and not (runs.is_dir() and has_outcome_folders(runs)):
+        return  # a new home: the first run creates its ledger
+    raise LedgerMismatch(
+        f"the ledger file {path} {what}, but {runs} was written with a ledger (it was "
+        "deleted or emptied, or the ledger URL points elsewhere), and running on would "
+        "repeat every done outcome: point --ledger/RETRYSAFE_LEDGER at the home's own "
+        "ledger, restore it, or rebuild it from the attempt folders with 'retrysafe recover'")
 
 
 def _is_empty(ledger: Ledger) -> bool:

@@ -82,9 +82,12 @@ def test_a_replaced_ledger_is_refused_until_adopted(home: Home, tmp_path: Path) 
     _, script = _setup(home, tmp_path)
     assert home.run("run", "report", "-p", "week=2026-W12", "--", "sh", "-c", script).returncode == 0
     other = f"sqlite:///{tmp_path / 'other.sqlite3'}"
-    for args in (("run", "report", "-p", "week=2026-W13", "--", "true"), ("ls",)):
+    # a file that is not there is refused before it is made: not created behind the refusal
+    for args, said in ((("run", "report", "-p", "week=2026-W13", "--", "true"), "points elsewhere"),
+                       (("ls",), "no ledger at")):
         proc = home.run(*args, env={"RETRYSAFE_LEDGER": other})
-        assert proc.returncode == 2 and "another ledger" in proc.stderr, proc.stdout + proc.stderr
+        assert proc.returncode == 2 and said in proc.stderr, proc.stdout + proc.stderr
+        assert not (tmp_path / "other.sqlite3").exists()
     adopted = home.run("recover", "--adopt", env={"RETRYSAFE_LEDGER": other})
     assert adopted.returncode == 0, adopted.stderr
     assert home.run("run", "report", "-p", "week=2026-W13", "--", "true",

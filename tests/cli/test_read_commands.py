@@ -237,5 +237,38 @@ def test_doctor_reports_a_ledger_without_tables_and_writes_none(home: Home) -> N
     proc = home.run("doctor", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
+    assert "no bytes" in report["ledger_state"]
+    assert db.stat().st_size == 0  # not even SQLite's header was written
+    other = home.path / "other.sqlite3"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.close()
+    proc = home.run("doctor", "--json", env={"RETRYSAFE_LEDGER": f"sqlite:///{other}"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
     assert report["schema_version"] == 0 and "no retrysafe tables" in report["ledger_state"]
-    assert sqlite3.connect(db).execute("SELECT name FROM sqlite_master").fetchall() == []
+    assert sqlite3.connect(other).execute("SELECT name FROM sqlite_master").fetchall() == [
+        ("t",)]
+
+
+@pytest.mark.parametrize("how", ["deleted", "emptied"])
+def test_doctor_fails_for_a_home_whose_ledger_was_deleted_or_emptied(home: Home, how: str) -> None:
+    """Every command refuses a home whose runs/ were written with a ledger that is now
+    gone or empty; doctor says so (exit 1, a problem naming recover) instead of "the
+    first run creates it", and changes nothing."""
+    home.path.mkdir(parents=True)
+    home.config(CONFIG)
+    assert home.run("run", "report", "-p", "week=2026-W10", "--", "true").returncode == 0
+    db = home.path / "ledger.sqlite3"
+    for suffix in ("-wal", "-shm", ""):
+        (home.path / f"ledger.sqlite3{suffix}").unlink(missing_ok=True)
+    if how == "emptied":
+        db.touch()
+    proc = home.run("doctor", "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] is False and "retrysafe recover" in report["problems"][0]
+    assert db.exists() == (how == "emptied") and (not db.exists() or db.stat().st_size == 0)
+    for refused in (home.run("run", "report", "-p", "week=2026-W10", "--", "true"),
+                    home.run("migrate")):
+        assert refused.returncode == 2 and "retrysafe recover" in refused.stderr, refused.stderr
+        # refused before the ledger was opened: it is not made again behind the refusal
+        assert db.exists() == (how == "emptied") and (not db.exists() or db.stat().st_size == 0)

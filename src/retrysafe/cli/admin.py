@@ -27,6 +27,10 @@ def migrate(as_json: bool) -> None:
       RETRYSAFE_LEDGER=postgresql://retrysafe@db/ops retrysafe migrate
     """
     settings = state().engine.config.settings
+    if settings.ledger_url.startswith("sqlite:///"):
+        from ..identity import refuse_missing_file
+
+        refuse_missing_file(settings.home, Path(settings.ledger_url.removeprefix("sqlite:///")))
     with open_ledger(settings.ledger_url, auto_migrate=False,
                      sqlite_synchronous=settings.sqlite_synchronous) as ledger:
         applied = ledger.migrate()
@@ -91,8 +95,18 @@ def doctor(as_json: bool) -> None:
                    if settings.ledger_url.startswith("sqlite:///") else None)
     if not report["home_exists"]:
         report["home_state"] = "does not exist yet: the first run creates it (is --home right?)"
+    lost = _lost_ledger(settings.home)
     if sqlite_file is not None and not sqlite_file.exists():
         report["ledger_state"] = "not created yet: the first run creates it"
+        if lost:
+            ok = False
+            report["problems"] = [f"the ledger file {sqlite_file} is missing, but {lost}"]
+    elif sqlite_file is not None and sqlite_file.is_file() and sqlite_file.stat().st_size == 0:
+        # not opened: opening would write SQLite's header into it
+        report["ledger_state"] = "a file of no bytes: the first run makes it a ledger"
+        if lost:
+            ok = False
+            report["problems"] = [f"the ledger file {sqlite_file} is empty, but {lost}"]
     else:
         try:
             _check_ledger(engine, report)
@@ -110,6 +124,18 @@ def doctor(as_json: bool) -> None:
     sys.exit(0 if ok else EXIT_FAILED)
 
 
+def _lost_ledger(home: Path) -> str:
+    """What a home without a ledger still holds, as the rest of a problem line (empty:
+    nothing, a new home): every command refuses such a ledger (identity.py)."""
+    from ..identity import MARK, has_outcome_folders
+
+    runs = home / "runs"
+    if not (runs / MARK).is_file() and not has_outcome_folders(runs):
+        return ""
+    return (f"{runs} was written with one: every command refuses to run until it is put "
+            "back, or rebuilt from the attempt folders with 'retrysafe recover'")
+
+
 def _check_ledger(engine: Engine, report: dict[str, object]) -> None:
     """The ledger's schema and health, read without migrating it: a database with no
     retrysafe tables (a mistyped URL, a file of no bytes) is reported, not filled."""
@@ -125,6 +151,9 @@ def _check_ledger(engine: Engine, report: dict[str, object]) -> None:
         if version == 0:
             report["ledger_state"] = ("no retrysafe tables yet: the first run creates them "
                                       "(is the ledger URL right?)")
+            lost = _lost_ledger(engine.home)
+            if lost:
+                report["problems"] = [f"the ledger has no retrysafe tables, but {lost}"]
             return
         if version < SCHEMA_VERSION:
             report["ledger_state"] = (f"schema {version} of {SCHEMA_VERSION}: the next run, or "
