@@ -78,6 +78,12 @@ def test_needs_attention_lists_what_waits_oldest_first_with_the_settling_command
     assert text.returncode == 0
     assert "settle  retrysafe approve pay:1 charge" in text.stdout
     assert "3 outcomes need attention" in text.stdout
+    oldest_ls = waiting.run("ls", "--attention", "--limit", "1")
+    assert "pay:1" in oldest_ls.stdout and "once:1" not in oldest_ls.stdout
+    assert "3 outcomes need attention (the oldest 1 shown)" in oldest_ls.stdout
+    for narrowed in (("--job", "pay"), ("--state", "blocked")):  # not silently ignored
+        refused = waiting.run("ls", "--attention", *narrowed)
+        assert refused.returncode == 2 and "--attention" in refused.stderr, narrowed
     oldest = waiting.run("needs-attention", "--limit", "1")
     assert oldest.returncode == 0, oldest.stderr
     assert "pay:1" in oldest.stdout and "once:1" not in oldest.stdout

@@ -250,12 +250,16 @@ def test_a_bad_timeout_in_the_config_is_refused(home: Home, value: str) -> None:
 
 
 def test_a_bad_timeout_flag_is_refused(home: Home) -> None:
-    """--timeout 0 is refused before anything runs."""
+    """--timeout 0, nan (which every comparison lets through), inf or past 1e9 seconds is
+    refused before anything runs, in one line."""
     setup_job(home)
     attempt, _ = begin(home)
     before = home.snapshot()
-    proc = home.run("step", "s", "--class", "read", "--timeout", "0", "--attempt", attempt, "--", "true")
-    assert proc.returncode == 2 and home.snapshot() == before
+    for bad in ("0", "nan", "NaN", "inf", "2e9"):
+        proc = home.run("step", "s", "--class", "read", "--timeout", bad, "--attempt", attempt,
+                        "--", "true")
+        assert proc.returncode == 2 and home.snapshot() == before, bad
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 def test_timeouts_keep_the_pass_through_of_signals(home: Home, tmp_path: Path) -> None:

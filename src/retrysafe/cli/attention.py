@@ -39,6 +39,17 @@ def show(items: list[Attention], as_json: bool, total: int | None = None) -> Non
                + (f" (the oldest {len(items)} shown)" if n > len(items) else ""))
 
 
+def show_waiting(*, drills: bool, limit: int | None, as_json: bool) -> list[Attention]:
+    """Show what waits (the oldest ``limit``, and then how many wait in all); returns it."""
+    engine = state().engine
+    items = find(engine, drills=drills, limit=limit)
+    total = None
+    if limit is not None and len(items) == limit and not as_json:
+        total = sum(engine.existing_ledger().retention.attention_counts(drills=drills).values())
+    show(items, as_json, total)
+    return items
+
+
 @click.command("needs-attention")
 @click.option("--fail-if-any", is_flag=True,
               help="Exit 1 when anything waits (for monitoring); default: exit 0.")
@@ -57,11 +68,6 @@ def needs_attention(fail_if_any: bool, drills: bool, limit: int | None, as_json:
     Example:
       retrysafe needs-attention --fail-if-any || notify-me
     """
-    engine = state().engine
-    items = find(engine, drills=drills, limit=limit)
-    total = None
-    if limit is not None and len(items) == limit and not as_json:
-        total = sum(engine.existing_ledger().retention.attention_counts(drills=drills).values())
-    show(items, as_json, total)
+    items = show_waiting(drills=drills, limit=limit, as_json=as_json)
     if fail_if_any and items:
         sys.exit(EXIT_FAILED)

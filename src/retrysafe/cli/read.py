@@ -81,10 +81,12 @@ def ls(job_name: str | None, state_name: str | None, limit: int, drills: bool, a
         raise InvalidInput(f"unknown state {state_name!r} (states: "
                            f"{', '.join(s.value for s in OutcomeState)})")
     if attention:
-        from ..housekeeping import needs_attention
-        from .attention import show
+        if job_name is not None or state_name is not None:
+            raise InvalidInput("--attention lists what waits for a human in every job, in "
+                               "any waiting state; it takes no --job or --state")
+        from .attention import show_waiting
 
-        show(needs_attention(state().engine, drills=drills), as_json)
+        show_waiting(drills=drills, limit=limit, as_json=as_json)
         return
     outs = state().engine.existing_ledger().outcomes(job=job_name, state=state_name, limit=limit,
                                                    drills=drills)

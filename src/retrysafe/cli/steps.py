@@ -335,7 +335,19 @@ def _payload(payload_file: str | None, pairs: tuple[str, ...]) -> dict[str, Any]
 
 
 _CMD_SETTINGS = {"ignore_unknown_options": True}
-_SECONDS = click.FloatRange(min=0, min_open=True, max=1e9)
+class _Seconds(click.FloatRange):
+    """Seconds above 0 and at most 1e9; ``nan`` (which every comparison lets through) is
+    refused too."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        got = super().convert(value, param, ctx)
+        if got != got:
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return got
+
+
+_SECONDS = _Seconds(min=0, min_open=True, max=1e9)
 
 
 @click.command(context_settings=_CMD_SETTINGS)
