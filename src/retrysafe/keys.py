@@ -19,6 +19,7 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "PARAM_TYPES",
     "check_name",
+    "nfc",
     "render_key",
     "slug",
     "split_step_key",
@@ -63,12 +64,16 @@ def _str(name: str, value: str) -> str:
     if value != value.strip():
         raise InvalidParameter(f"parameter {name!r}: leading or trailing whitespace")
     _no_controls(f"parameter {name!r}", value)
-    if value.isascii():
-        return value
+    return nfc(value)
+
+
+def nfc(text: str) -> str:
+    """One spelling per text: "Café" typed precomposed or decomposed is one outcome."""
+    if text.isascii():
+        return text
     import unicodedata
 
-    # one spelling per text: "Café" typed precomposed or decomposed is one outcome
-    return unicodedata.normalize("NFC", value)
+    return unicodedata.normalize("NFC", text)
 
 
 def _slug(name: str, value: str) -> str:
