@@ -38,6 +38,7 @@ from .errors import (
     unblock_command,
 )
 from .folders import AttemptFolder, outcome_dir
+from .fsio import check_writable
 from .identity import LedgerMismatch, lost_work, refuse_missing_file
 from .keys import DRILL_MARK, check_key, check_name, step_ref
 from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, StepRecord, open_ledger
@@ -247,6 +248,8 @@ class Engine:
         if not self._home_made:
             ensure_home(self.home)
             self._home_made = True
+        if folder:  # a folder that cannot be made is refused before the claim, not after
+            check_writable(self.home, ("runs", spec.name, folder_path.name), ("summary.json",))
         context = dict(context or {})
         if lease_seconds is not None:
             context[LEASE_FIELD] = str(lease_seconds)

@@ -39,6 +39,7 @@ __all__ = [
     "atomic_write",
     "atomic_write_bytes",
     "atomic_write_json",
+    "check_writable",
     "fsync_dir",
     "json_members",
     "json_string",
@@ -134,6 +135,28 @@ def private_dirs(base: Path, parts: Sequence[str], *, create: bool = True) -> Pa
     finally:
         os.close(fd)
     return path
+
+
+def check_writable(base: Path, parts: Sequence[str], files: Sequence[str] = ()) -> None:
+    """Before anything is recorded: the folders ``base/parts...`` that exist are real
+    folders (a link is refused, :class:`UnsafePath`), so are ``files`` in the last one
+    when it exists, and the deepest existing folder can be written
+    (:class:`HomeNotWritable`), so that what is about to be claimed gets its folder."""
+    path = base
+    for part in parts:
+        st = lstat_no_link(path / part)
+        if st is None:
+            break
+        if not stat.S_ISDIR(st.st_mode):
+            raise _unsafe(path / part)
+        path = path / part
+    else:
+        for name in files:
+            lstat_no_link(path / name)
+    if not os.access(path, os.W_OK | os.X_OK):
+        from .errors import HomeNotWritable
+
+        raise HomeNotWritable(f"{path} cannot be written (permission denied): nothing was run")
 
 
 def fsync_dir(path: Path) -> None:

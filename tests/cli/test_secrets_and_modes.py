@@ -329,10 +329,33 @@ def test_linked_summary_is_refused_and_its_target_unchanged(home: Home, tmp_path
     summary = home.path / "runs" / "report" / "report+2026-W22" / "summary.json"
     summary.unlink()
     summary.symlink_to(elsewhere / "summary.json")
-    proc = home.run("run", "report", "-p", "week=2026-W22", "--", "true")
+    ran = tmp_path / "ran"
+    proc = home.run("run", "report", "-p", "week=2026-W22", "--", "touch", str(ran))
     _assert_refused(proc, summary)
     assert {p.name: p.read_bytes() for p in elsewhere.iterdir()} == before
     assert summary.is_symlink()
+    # refused before the claim: the command did not run, no attempt was started
+    assert not ran.exists()
+    with home.open_ledger() as ledger:
+        assert [a.number for a in ledger.attempts("report:2026-W22")] == [1]
+
+
+def test_linked_outcome_folder_is_refused_before_anything_is_claimed(
+        home: Home, tmp_path: Path) -> None:
+    """runs/JOB/OUTCOME planted as a link: exit 2 naming it, and nothing recorded (no
+    attempt left active to count against the limit), the command not run."""
+    _ready(home)
+    elsewhere, before = _victim(tmp_path)
+    (home.path / "runs" / "report").mkdir(parents=True)
+    link = home.path / "runs" / "report" / "report+2026-W23"
+    link.symlink_to(elsewhere, target_is_directory=True)
+    ran = tmp_path / "ran"
+    proc = home.run("run", "report", "-p", "week=2026-W23", "--", "touch", str(ran))
+    _assert_refused(proc, link)
+    assert {p.name: p.read_bytes() for p in elsewhere.iterdir()} == before
+    assert not ran.exists()
+    with home.open_ledger() as ledger:
+        assert ledger.outcome("report:2026-W23") is None
 
 
 @pytest.mark.parametrize("umask", [0o000, 0o022])

@@ -47,8 +47,10 @@ def _storage_error(exc: OSError) -> RetrysafeError | None:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         return StorageFull(f"no space left to write{where}: {exc.strerror}; free some space and "
                            "run again (what was recorded so far is intact)")
-    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+    if exc.errno == errno.EROFS:
         return HomeNotWritable(f"cannot write{where}: {exc.strerror}")
+    if exc.errno in (errno.EACCES, errno.EPERM):  # a read as well as a write
+        return HomeNotWritable(f"cannot use{where}: {exc.strerror}; check its owner and mode")
     return None
 
 
