@@ -19,6 +19,7 @@ from .errors import InvalidInput
 from .ledger import Ledger
 
 __all__ = ["MARK", "LedgerMismatch", "check_home", "ledger_identity", "lost_work", "record_identity",
+           "recorded_identity",
            "refuse_missing_file"]
 
 MARK = ".ledger-id"
@@ -56,6 +57,11 @@ def _recorded(runs: Path) -> str | None:
         return (runs / MARK).read_text(encoding="ascii").strip() or None
     except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
         return None
+
+
+def recorded_identity(home: Path) -> str | None:
+    """The identity of the ledger ``home``'s folders were written with, if recorded."""
+    return _recorded(home / "runs")
 
 
 def record_identity(home: Path, identity: str) -> None:

@@ -97,6 +97,27 @@ def test_round_trip_sqlite_postgres_sqlite_keeps_every_row(tmp_path: Path, pg_ur
         assert {s["name"]: s["evidence"] for s in status["steps"]}["post"] == "post-1"
 
 
+@pytest.mark.postgres
+def test_a_home_moves_its_own_ledger_to_postgresql_as_the_docs_show(
+        tmp_path: Path, pg_url: str) -> None:
+    """docs/cli.md: ``retrysafe export all.jsonl && RETRYSAFE_LEDGER=... retrysafe import
+    all.jsonl``, pasted in the home that wrote the SQLite ledger: the new ledger takes the
+    home's ledger's identity, so its runs go on there (a done outcome stays done). A file
+    from another home's ledger is still refused there."""
+    home = filled(Home(tmp_path / "home"))
+    moved = home.run("export", "all.jsonl", cwd=home.path)
+    assert moved.returncode == 0, moved.stderr
+    into = home.run("import", "all.jsonl", cwd=home.path, env={"RETRYSAFE_LEDGER": pg_url})
+    assert into.returncode == 0, into.stdout + into.stderr
+    again = home.run("run", "pay", "-p", "n=2", "--", "false", env={"RETRYSAFE_LEDGER": pg_url})
+    assert again.returncode == 0 and "already done" in again.stdout, again.stdout + again.stderr
+    empty_ledger_tables(pg_url)
+    other = filled(Home(tmp_path / "other"))
+    assert other.run("export", str(tmp_path / "other.jsonl")).returncode == 0
+    foreign = home.run("import", str(tmp_path / "other.jsonl"), env={"RETRYSAFE_LEDGER": pg_url})
+    assert foreign.returncode == 2 and "another ledger" in foreign.stderr, foreign.stderr
+
+
 def test_import_refuses_a_non_empty_ledger_and_merge_refuses_a_shared_key(tmp_path: Path,
                                                                          any_home: Home) -> None:
     """Into a ledger that holds anything, import exits 2 unless --merge; --merge with a key the

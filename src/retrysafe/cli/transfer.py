@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..errors import InvalidInput
-from ..ledger import transfer
+from ..ledger import Ledger, transfer
 from ._common import emit_json, json_option, state
 
 __all__ = ["export", "import_"]
@@ -63,14 +65,39 @@ def import_(file: Path, merge: bool, as_json: bool) -> None:
     Example:
       RETRYSAFE_LEDGER=postgresql://retrysafe@db/ops retrysafe import ledger.jsonl
     """
-    from ..identity import ledger_identity, record_identity
+    import itertools
+
+    from ..identity import recorded_identity
+    from ..ledger import open_ledger
 
     engine = state().engine
-    ledger = engine.ledger
-    loaded = transfer.load(ledger, transfer.read_file(file), merge=merge)
+    records = transfer.read_file(file)
+    header = next(records, None)
+    if header is not None:
+        records = itertools.chain([header], records)
+    own = (not merge and header is not None and header.get("identity") is not None
+           and header.get("identity") == recorded_identity(engine.home))
+    if own:
+        # the export of this home's own ledger, moved whole into a new (empty) one, as
+        # 'export' + 'import' move a ledger to PostgreSQL: the new ledger is not yet the
+        # home's, and becomes it by taking the file's identity (load refuses a
+        # ledger that holds anything)
+        settings = engine.config.settings
+        with open_ledger(settings.ledger_url,
+                         sqlite_synchronous=settings.sqlite_synchronous) as ledger:
+            _import(engine.home, file, ledger, records, merge, as_json)
+        return
+    _import(engine.home, file, engine.ledger, records, merge, as_json)
+
+
+def _import(home: Path, file: Path, ledger: Ledger, records: Iterator[dict[str, Any]],
+            merge: bool, as_json: bool) -> None:
+    from ..identity import ledger_identity, record_identity
+
+    loaded = transfer.load(ledger, records, merge=merge)
     identity = ledger_identity(ledger)
-    if identity is not None and (engine.home / "runs").is_dir():
-        record_identity(engine.home, identity)  # a whole import took the source's identity
+    if identity is not None and (home / "runs").is_dir():
+        record_identity(home, identity)  # a whole import took the source's identity
     c = loaded.counts
     if as_json:
         emit_json({"file": str(file), "ledger": ledger.url, "merge": merge,
