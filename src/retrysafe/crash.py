@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from . import envvars
 
-__all__ = ["RUN_POINTS", "STEP_POINTS", "crash_point", "injector"]
+__all__ = ["RUN_POINTS", "STEP_POINTS", "check_targets", "crash_point", "injector"]
 
 STEP_POINTS = ("before-intent", "after-intent", "after-execute", "after-record")
 RUN_POINTS = ("after-begin", "before-closeout")
@@ -31,6 +31,21 @@ def _targets() -> set[tuple[str, str]]:
         if sep and name and point:
             out.add((name, point))
     return out
+
+
+def check_targets() -> None:
+    """Refuse a ``RETRYSAFE_CRASH_AT`` that names no point a run reaches (a typo would
+    let a crash drill pass without crashing): called before an attempt is claimed."""
+    from .errors import InvalidInput
+
+    raw = os.environ.get(envvars.CRASH_AT, "")
+    for part in filter(None, (p.strip() for p in raw.split(","))):
+        name, sep, point = part.rpartition(":")
+        points = RUN_POINTS if name == "run" else STEP_POINTS
+        if not (sep and name) or point not in points:
+            raise InvalidInput(
+                f"{envvars.CRASH_AT}: {part!r} is not STEP:POINT (step points: "
+                f"{', '.join(STEP_POINTS)}; run points: run:{', run:'.join(RUN_POINTS)})")
 
 
 def crash_point(step: str, point: str) -> None:

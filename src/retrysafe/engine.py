@@ -245,6 +245,10 @@ class Engine:
                 "its -wal file was deleted): nothing was run. Put the newer ledger back, or "
                 "move the ledger file (with its -wal file) aside and rebuild it from the "
                 "attempt folders with 'retrysafe recover'", key=key)
+        if envvars.CRASH_AT in os.environ:
+            from .crash import check_targets
+
+            check_targets()
         if not self._home_made:
             ensure_home(self.home)
             self._home_made = True

@@ -125,3 +125,13 @@ def test_newer_schema_is_refused_untouched(ready: Home) -> None:
     before = ready.snapshot()
     proc = ready.run("run", "report", "-p", "week=2026-W09", "-p", "team=ops", "--", "true")
     assert_clean_error(proc, before, ready, match="schema version 99")
+
+
+@pytest.mark.parametrize("value", ["send:after-exec", "nonsense", "run:after-execute"])
+def test_a_mistyped_crash_point_is_refused_not_ignored(ready: Home, value: str) -> None:
+    """A crash drill whose RETRYSAFE_CRASH_AT names no point a run reaches would pass
+    without crashing: refused before anything is claimed, one line listing the points."""
+    before = ready.snapshot()
+    proc = ready.run("run", "report", "-p", "week=2026-W09", "-p", "team=ops", "--", "true",
+                     env={"RETRYSAFE_CRASH_AT": value})
+    assert_clean_error(proc, before, ready, match="after-execute")
