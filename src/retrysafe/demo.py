@@ -159,8 +159,8 @@ def _run(home: Path, *, kept: bool) -> int:
     verdict = "one outcome, as intended" if ok else "DEMO FAILED"
     if kept:
         rs = " ".join(shlex.quote(w) for w in self_command())
-        print(f"\n{verdict}; inspect with: "
-              f"RETRYSAFE_HOME={shlex.quote(str(home))} {rs} history {shlex.quote(key)}")
+        print(f"\n{verdict}; to inspect its history, run the next line:")
+        print(f"RETRYSAFE_HOME={shlex.quote(str(home))} {rs} history {shlex.quote(key)}")
     else:
         print(f"\n{verdict}; the demo's temporary home was removed "
               "(to look around afterwards: retrysafe demo --keep DIR)")

@@ -52,6 +52,7 @@ def test_run_json_is_one_object_on_stdout_with_the_commands_output_on_stderr(job
             got["command_exit"]) == ("rep:1", "started", "done", 1, 0, 0)
     again = _json(jobs.run("run", "rep", "-p", "n=1", "--json", "--", "false"))
     assert (again["status"], again["state"], again["attempt"]) == ("done", "done", None)
+    assert again["command_exit"] is None  # named, null: CMD did not run
 
     script = f"{RS} step charge --class payment -- echo ch-1"
     blocked = jobs.run("run", "rep", "-p", "n=2", "--json", "--", "sh", "-c", script)

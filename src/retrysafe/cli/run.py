@@ -136,7 +136,7 @@ def run_job(engine: Engine, job_name: str, params: Mapping[str, str], cmd: Seque
         why = f"stopped by a signal while catching up; {current_key} was not started"
         result = {**(extra or {}), "key": current_key, "job": job_name, "status": "interrupted",
                   "state": None, "attempt": None, "reason": why, "unblock": "",
-                  "catch_up": earlier}
+                  "command_exit": None, "catch_up": earlier}
         finish(result, [f"interrupted: {why}"], EXIT_INTERRUPTED, as_json)
     result, lines, code = attempt_once(engine, job_name, caught.params, cmd, context=context,
                                        cwd=cwd, as_json=as_json, extra=extra)
@@ -199,7 +199,7 @@ def attempt_once(engine: Engine, job_name: str, params: Mapping[str, str], cmd: 
     result: dict[str, Any] = {**(extra or {}), "key": key, "job": job_name,
                               "status": begun.status.value,
                               "state": begun.outcome.state, "attempt": None, "reason": "",
-                              "unblock": ""}
+                              "unblock": "", "command_exit": None}  # (None: CMD did not run)
     if begun.status is ClaimStatus.DONE:
         if context.get("runner") or context.get("openclaw_run_id"):
             # a scheduler's re-run: its history and ours join on this event (one write);
