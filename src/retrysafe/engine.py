@@ -40,7 +40,7 @@ from .errors import (
 from .folders import AttemptFolder, outcome_dir
 from .fsio import check_writable
 from .identity import LedgerMismatch, lost_work, refuse_missing_file
-from .keys import DRILL_MARK, check_key, check_name, step_ref
+from .keys import DRILL_MARK, check_key, check_name, slug, step_ref
 from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, StepRecord, open_ledger
 from .process import attempt_liveness, this_holder
 from .states import BlockCause, ClaimStatus, OutcomeState, StepState
@@ -236,11 +236,14 @@ class Engine:
         if known is not None and known.state == OutcomeState.DONE and known.job == spec.name:
             return Start(ClaimStatus.DONE, key, known, None, Claim(ClaimStatus.DONE, known),
                          steps=tuple(steps))
-        folder_path = outcome_dir(self.home, spec.name, key)
+        # (the outcome's folder as outcome_dir() names it, joined as a string: every new
+        # outcome pays for this look, which is one failed stat when there is no folder)
+        folder_path = os.path.join(self.home, "runs", spec.name, slug(key))
         lost = lost_work(folder_path, known.attempts if known is not None else 0)
         if lost is not None:
+            where = outcome_dir(self.home, spec.name, key) / lost
             raise LedgerMismatch(
-                f"{folder_path / lost} shows work on outcome {key} that the ledger "
+                f"{where} shows work on outcome {key} that the ledger "
                 f"{self.ledger.url} does not record (it was put back from an older copy, or "
                 "its -wal file was deleted): nothing was run. Put the newer ledger back, or "
                 "move the ledger file (with its -wal file) aside and rebuild it from the "
@@ -253,7 +256,7 @@ class Engine:
             ensure_home(self.home)
             self._home_made = True
         if folder:  # a folder that cannot be made is refused before the claim, not after
-            check_writable(self.home, ("runs", spec.name, folder_path.name), ("summary.json",))
+            check_writable(self.home, ("runs", spec.name, slug(key)), ("summary.json",))
         context = dict(context or {})
         if lease_seconds is not None:
             context[LEASE_FIELD] = str(lease_seconds)

@@ -192,7 +192,7 @@ def _shows_work(folder: Path) -> bool:
     return False
 
 
-def lost_work(outcome_dir: Path, known_attempts: int) -> str | None:
+def lost_work(outcome_dir: str | Path, known_attempts: int) -> str | None:
     """The first attempt folder of an outcome that shows work (:func:`_shows_work`)
     although the ledger knows fewer attempts of it: the ledger lost records this home
     holds (an older copy of it was put back, its ``-wal`` file was deleted after a
@@ -207,7 +207,7 @@ def lost_work(outcome_dir: Path, known_attempts: int) -> str | None:
         number = name.removeprefix("attempt-")
         if number == name or not number.isdigit() or int(number) <= known_attempts:
             continue
-        if _shows_work(outcome_dir / name):
+        if _shows_work(Path(outcome_dir, name)):
             return name
     return None
 
