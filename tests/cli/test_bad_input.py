@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from support import Home
@@ -59,6 +60,8 @@ RUN_CASES = [
      "from 1 to 999999999"),
     (["job", "add", "bad", "--key", "k\u2028{a}", "--param", "a=str"], "line break"),
     (["ls", "--limit", "9" * 23], "--limit"),
+    (["job", "add", "bad", "--key", "k:{a}" + os.fsdecode(b"\xff"), "--param", "a=str"],
+     "not UTF-8"),
     (["needs-attention", "--limit", "9" * 23], "--limit"),
 ]
 

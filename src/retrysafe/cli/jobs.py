@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..config import CONFIG_NAME, ensure_home, parse_job
-from ..errors import ConfigError, HomeNotWritable, InvalidInput
+from ..errors import ConfigError, HomeNotWritable, InvalidInput, not_text
 from ..fsio import atomic_write_bytes
 from ..keys import parse_assignments
 from ._common import emit_json, json_option, state, table
@@ -112,7 +112,11 @@ def add(name: str, template: str, params: tuple[str, ...], max_attempts: int | N
             entry[field] = value
     jobs_table[name] = entry
     try:
-        atomic_write_bytes(path, tomlkit.dumps(doc).encode("utf-8"))
+        text = tomlkit.dumps(doc).encode("utf-8")
+    except UnicodeEncodeError as exc:  # an argument holding bytes that are not UTF-8
+        raise InvalidInput(f"job {name!r}: {not_text(exc).message}") from None
+    try:
+        atomic_write_bytes(path, text)
     except OSError as exc:
         raise HomeNotWritable(f"config {path} cannot be written: {exc.strerror or exc}") from None
     click.echo(f"added job {name} to {path}")
