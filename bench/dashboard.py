@@ -61,7 +61,7 @@ def build(home: Path, n: int) -> None:
             step_state = state if waiting else "done"
             reason = "step send: check the external system" if waiting else ""
             aid = f"a{i:07d}"
-            outcomes.append((key, job, f'{{"n":"{i}"}}', state, reason, "no_lookup" if state == "blocked" else "",
+            outcomes.append((key, job, f'{{"n":"{i:07d}"}}', state, reason, "no_lookup" if state == "blocked" else "",
                              1, 1, aid, None if waiting else aid, t, t + 5))
             attempts.append((aid, key, 1, 1, "finished", state, "bench-host", 4242, t, t + 5))
             steps.append((f"{key}/send", key, "send", "effect", "message", step_state, aid, 1,
@@ -100,12 +100,19 @@ def build(home: Path, n: int) -> None:
                     tx.run(stmt)
     finally:
         backend.close()
-    (home / "built").write_text(str(n))
+    (home / "built").write_text(_built(n))
+
+
+def _built(n: int) -> str:
+    """What a finished cache's ``built`` file holds; a cache built by an older version of
+    this script (its parameters did not render its keys) is built again."""
+    return f"{n} v2"
 
 
 def cached_home(cache: Path, n: int) -> Path:
     home = cache / f"dashboard-{n}"
-    if not (home / "built").is_file():
+    built = home / "built"
+    if not built.is_file() or built.read_text() != _built(n):
         import shutil
 
         shutil.rmtree(home, ignore_errors=True)
