@@ -241,6 +241,11 @@ class Engine:
         folder_path = os.path.join(self.home, "runs", spec.name, slug(key))
         lost = lost_work(folder_path, known.attempts if known is not None else 0)
         if lost is not None:
+            # another worker may have claimed the outcome and worked since `known` was read:
+            # its claim committed before its folder showed work, so a fresh read knows it
+            fresh = self.ledger.outcome(key)
+            lost = lost_work(folder_path, fresh.attempts if fresh is not None else 0)
+        if lost is not None:
             where = outcome_dir(self.home, spec.name, key) / lost
             raise LedgerMismatch(
                 f"{where} shows work on outcome {key} that the ledger "

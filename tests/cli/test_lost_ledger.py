@@ -200,3 +200,23 @@ def test_recover_survives_torn_and_hostile_folders_and_a_mistyped_home(
     assert [(s["state"], s["evidence"]) for s in status["steps"]] == [("done", "msg-1")]
     assert home.run("run", "report", "-p", "week=2026-W17", "--", "sh", "-c", script).returncode == 0
     assert len((tmp_path / "effects.txt").read_text().splitlines()) == 1
+
+
+def test_work_another_worker_did_after_this_one_read_the_ledger_is_not_lost(
+        home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker B reads the outcome (not there yet), worker A claims it and works in its
+    folder, then B looks at the folder: the work is A's, which the ledger records, so B
+    goes on to its claim (and is answered as the ledger says) instead of refusing."""
+    from retrysafe.engine import Engine
+    from retrysafe.ledger import Ledger
+    from retrysafe.states import ClaimStatus
+
+    _, script = _setup(home, tmp_path)
+    assert home.run("run", "report", "-p", "week=2026-W40", "--", "sh", "-c", script
+                    ).returncode == 0  # worker A, all the way to done
+    stale = Ledger.outcome_and_steps
+    monkeypatch.setattr(Ledger, "outcome_and_steps", lambda self, key: (None, []))
+    with Engine.open(home.path) as engine:
+        begun = engine.begin("report", {"week": "2026-W40"})  # worker B, its read was stale
+    monkeypatch.setattr(Ledger, "outcome_and_steps", stale)
+    assert begun.status is ClaimStatus.DONE
