@@ -112,11 +112,11 @@ def add(name: str, template: str, params: tuple[str, ...], max_attempts: int | N
             entry[field] = value
     jobs_table[name] = entry
     try:
-        text = tomlkit.dumps(doc).encode("utf-8")
+        data = tomlkit.dumps(doc).encode("utf-8")
     except UnicodeEncodeError as exc:  # an argument holding bytes that are not UTF-8
         raise InvalidInput(f"job {name!r}: {not_text(exc).message}") from None
     try:
-        atomic_write_bytes(path, text)
+        atomic_write_bytes(path, data)
     except OSError as exc:
         raise HomeNotWritable(f"config {path} cannot be written: {exc.strerror or exc}") from None
     click.echo(f"added job {name} to {path}")
