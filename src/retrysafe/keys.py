@@ -19,7 +19,6 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "PARAM_TYPES",
     "check_name",
-    "nfc",
     "render_key",
     "slug",
     "split_step_key",
@@ -64,16 +63,12 @@ def _str(name: str, value: str) -> str:
     if value != value.strip():
         raise InvalidParameter(f"parameter {name!r}: leading or trailing whitespace")
     _no_controls(f"parameter {name!r}", value)
-    return nfc(value)
-
-
-def nfc(text: str) -> str:
-    """One spelling per text: "Café" typed precomposed or decomposed is one outcome."""
-    if text.isascii():
-        return text
+    if value.isascii():
+        return value
     import unicodedata
 
-    return unicodedata.normalize("NFC", text)
+    # one spelling per text: "Café" typed precomposed or decomposed is one outcome
+    return unicodedata.normalize("NFC", value)
 
 
 def _slug(name: str, value: str) -> str:

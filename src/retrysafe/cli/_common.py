@@ -47,21 +47,9 @@ def params_option(help: str = "A job parameter (repeat for each).") -> Callable[
     return click.option("-p", "--param", "params", multiple=True, metavar="NAME=VALUE", help=help)
 
 
-def _one_spelling(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    from ..keys import nfc
-
-    return nfc(value)
-
-
-def key_argument(f: F) -> F:
-    """The ``KEY`` argument: an outcome key, in the one spelling parameters are kept in
-    (NFC: ``Café`` typed decomposed finds the outcome ``run`` made)."""
-    return click.argument("key", callback=_one_spelling)(f)
-
-
 def key_and_step(f: F) -> F:
     """The ``KEY STEP`` arguments of a command about one step of an outcome."""
-    return key_argument(click.argument("step_name", metavar="STEP")(f))
+    return click.argument("key")(click.argument("step_name", metavar="STEP")(f))
 
 
 def emit_json(obj: Any) -> None:
