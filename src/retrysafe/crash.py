@@ -41,7 +41,7 @@ def check_targets() -> None:
     raw = os.environ.get(envvars.CRASH_AT, "")
     for part in filter(None, (p.strip() for p in raw.split(","))):
         name, sep, point = part.rpartition(":")
-        points = RUN_POINTS if name == "run" else STEP_POINTS
+        points = RUN_POINTS + STEP_POINTS if name == "run" else STEP_POINTS  # (a step may be "run")
         if not (sep and name) or point not in points:
             raise InvalidInput(
                 f"{envvars.CRASH_AT}: {part!r} is not STEP:POINT (step points: "

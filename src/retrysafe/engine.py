@@ -238,8 +238,14 @@ class Engine:
                          steps=tuple(steps))
         # (the outcome's folder as outcome_dir() names it, joined as a string: every new
         # outcome pays for this look, which is one failed stat when there is no folder)
+        # Only for a SQLite ledger, the home's own file, which an older copy or a deleted
+        # -wal can set back; a server's ledger is shared by homes whose folders it does not
+        # follow (a prune in one home leaves another's folders), so there a stale folder is
+        # set aside as before.
         folder_path = os.path.join(self.home, "runs", spec.name, slug(key))
-        lost = lost_work(folder_path, known.attempts if known is not None else 0)
+        lost = None
+        if self.config.settings.ledger_url.startswith("sqlite:"):
+            lost = lost_work(folder_path, known.attempts if known is not None else 0)
         if lost is not None:
             # another worker may have claimed the outcome and worked since `known` was read:
             # its claim committed before its folder showed work, so a fresh read knows it
@@ -252,7 +258,8 @@ class Engine:
                 f"{self.ledger.url} does not record (it was put back from an older copy, or "
                 "its -wal file was deleted): nothing was run. Put the newer ledger back, or "
                 "move the ledger file (with its -wal file) aside and rebuild it from the "
-                "attempt folders with 'retrysafe recover'", key=key)
+                "attempt folders with 'retrysafe recover'; if the ledger is right (the outcome "
+                "was pruned, or this ledger was adopted), remove that folder", key=key)
         if envvars.CRASH_AT in os.environ:
             from .crash import check_targets
 

@@ -44,7 +44,7 @@ __all__ = [
     "json_members",
     "json_string",
     "lstat_no_link",
-    "open_private",
+    "open_output",
     "private_dirs",
     "sha256_file",
 ]
@@ -71,7 +71,7 @@ def _unsafe(path: Path) -> UnsafePath:
                       "remove it (or move what it points to in its place)")
 
 
-def open_private(path: Path) -> BinaryIO:
+def open_output(path: Path) -> BinaryIO:
     """``path`` opened to be written from its start (``w+b``), never through a symbolic
     link (refused as :class:`UnsafePath`); a new file is ``0600`` less the umask, an
     existing one keeps its mode: a step's output log, which holds what its command

@@ -205,7 +205,8 @@ def lost_work(outcome_dir: str | Path, known_attempts: int) -> str | None:
         return None
     for name in sorted(names):
         number = name.removeprefix("attempt-")
-        if number == name or not number.isdigit() or int(number) <= known_attempts:
+        if (number == name or not (number.isascii() and number.isdigit())
+                or int(number) <= known_attempts):
             continue
         if _shows_work(Path(outcome_dir, name)):
             return name

@@ -19,6 +19,7 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "PARAM_TYPES",
     "check_name",
+    "check_template",
     "render_key",
     "slug",
     "split_step_key",
@@ -159,13 +160,6 @@ def template_fields(template: str) -> list[str]:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
         raise ConfigError(f"key template {template!r}: {exc}") from None
-    if DRILL_MARK in template:
-        raise ConfigError(f"key template {template!r}: '{DRILL_MARK}' is reserved for drill "
-                          "trials' keys (KEY~TRIAL); use another character")
-    try:
-        _no_controls(f"key template {template!r}", template)
-    except InvalidParameter as exc:
-        raise ConfigError(str(exc)) from None
     fields: list[str] = []
     for _literal, field, spec, conv in parsed:
         if field is None:
@@ -174,6 +168,20 @@ def template_fields(template: str) -> list[str]:
             raise ConfigError(f"key template {template!r}: use plain {{name}} fields only")
         fields.append(field)
     return fields
+
+
+def check_template(template: str) -> None:
+    """What ``job add`` refuses in a new key template beyond :func:`template_fields`: the
+    drill trials' mark and characters a key may not hold (a run of it would be refused).
+    A config file that already holds such a template loads: only that job's runs are
+    refused (:func:`render_key`), not every job's."""
+    if DRILL_MARK in template:
+        raise ConfigError(f"key template {template!r}: '{DRILL_MARK}' is reserved for drill "
+                          "trials' keys (KEY~TRIAL); use another character")
+    try:
+        _no_controls(f"key template {template!r}", template)
+    except InvalidParameter as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def render_key(template: str, params: Mapping[str, str]) -> str:

@@ -130,7 +130,7 @@ def test_newer_schema_is_refused_untouched(ready: Home) -> None:
     assert_clean_error(proc, before, ready, match="schema version 99")
 
 
-@pytest.mark.parametrize("value", ["send:after-exec", "nonsense", "run:after-execute"])
+@pytest.mark.parametrize("value", ["send:after-exec", "nonsense", "run:before-closing"])
 def test_a_mistyped_crash_point_is_refused_not_ignored(ready: Home, value: str) -> None:
     """A crash drill whose RETRYSAFE_CRASH_AT names no point a run reaches would pass
     without crashing: refused before anything is claimed, one line listing the points."""
@@ -138,3 +138,14 @@ def test_a_mistyped_crash_point_is_refused_not_ignored(ready: Home, value: str) 
     proc = ready.run("run", "report", "-p", "week=2026-W09", "-p", "team=ops", "--", "true",
                      env={"RETRYSAFE_CRASH_AT": value})
     assert_clean_error(proc, before, ready, match="after-execute")
+
+
+def test_a_step_named_run_can_be_crash_drilled_at_a_step_point(ready: Home) -> None:
+    """'run' is a legal step name: run:after-intent names its step point (the drill
+    planner writes NAME:POINT for every step), not a mistyped run point."""
+    import sys
+
+    step = f"{sys.executable} -m retrysafe step run --class local_write -- true"
+    proc = ready.run("run", "report", "-p", "week=2026-W08", "-p", "team=ops", "--", "sh", "-c",
+                     step, env={"RETRYSAFE_CRASH_AT": "run:after-intent"})
+    assert proc.returncode != 2 and "is not STEP:POINT" not in proc.stderr, proc.stderr

@@ -171,3 +171,19 @@ def test_a_printed_unblock_line_pasted_whole_runs_nothing(home: Home, tmp_path: 
     with home.open_ledger() as ledger:
         step = ledger.step("pasted/send")
         assert step is not None and step.state == "blocked" and step.evidence != "EVIDENCE"
+
+
+def test_a_config_holding_a_tilde_template_still_runs_its_other_jobs(home: Home) -> None:
+    """A config written before '~' was refused loads: only that job's runs are refused
+    (exit 2, one line); every other job runs as before."""
+    home.path.mkdir(parents=True, exist_ok=True)
+    home.config(CONFIG + """
+    [jobs.old]
+    key = "old~{n}"
+    params = { n = "int" }
+    """)
+    ok = home.run("run", "team", "-p", "name=ops", "--", "true")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    refused = home.run("run", "old", "-p", "n=1", "--", "true")
+    assert refused.returncode == 2 and "reserved for drill" in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1

@@ -220,3 +220,16 @@ def test_work_another_worker_did_after_this_one_read_the_ledger_is_not_lost(
         begun = engine.begin("report", {"week": "2026-W40"})  # worker B, its read was stale
     monkeypatch.setattr(Ledger, "outcome_and_steps", stale)
     assert begun.status is ClaimStatus.DONE
+
+
+def test_a_stray_folder_name_beside_the_attempts_is_not_an_attempt(home: Home, tmp_path: Path) -> None:
+    """'attempt-²' (a digit Python's isdigit accepts and int refuses) or 'attempt-x' in an
+    outcome's folder is not an attempt folder: the run goes on."""
+    _setup(home, tmp_path)
+    assert home.run("run", "report", "-p", "week=2026-W40", "--", "true").returncode == 0
+    outcome = home.path / "runs/report/report+2026-W41"
+    for name in ("attempt-\u00b2", "attempt-x"):
+        (outcome / name).mkdir(parents=True)
+        (outcome / name / "status.json").write_text('{"state": "done"}')
+    proc = home.run("run", "report", "-p", "week=2026-W41", "--", "true")
+    assert proc.returncode == 0, proc.stdout + proc.stderr

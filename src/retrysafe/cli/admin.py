@@ -97,13 +97,14 @@ def doctor(as_json: bool) -> None:
         report["home_state"] = "does not exist yet: the first run creates it (is --home right?)"
     lost = _lost_ledger(settings.home)
     if sqlite_file is not None and not sqlite_file.exists():
-        report["ledger_state"] = "not created yet: the first run creates it"
+        report["ledger_state"] = "missing" if lost else "not created yet: the first run creates it"
         if lost:
             ok = False
             report["problems"] = [f"the ledger file {sqlite_file} is missing, but {lost}"]
     elif sqlite_file is not None and sqlite_file.is_file() and sqlite_file.stat().st_size == 0:
         # not opened: opening would write SQLite's header into it
-        report["ledger_state"] = "a file of no bytes: the first run makes it a ledger"
+        report["ledger_state"] = ("a file of no bytes" if lost
+                                  else "a file of no bytes: the first run makes it a ledger")
         if lost:
             ok = False
             report["problems"] = [f"the ledger file {sqlite_file} is empty, but {lost}"]
@@ -149,9 +150,10 @@ def _check_ledger(engine: Engine, report: dict[str, object]) -> None:
         report.update({"ledger": ledger.url, "schema_version": version,
                        "code_schema_version": SCHEMA_VERSION, **ledger.backend.health()})
         if version == 0:
-            report["ledger_state"] = ("no retrysafe tables yet: the first run creates them "
-                                      "(is the ledger URL right?)")
             lost = _lost_ledger(engine.home)
+            report["ledger_state"] = ("no retrysafe tables" if lost else
+                                      "no retrysafe tables yet: the first run creates them "
+                                      "(is the ledger URL right?)")
             if lost:
                 report["problems"] = [f"the ledger has no retrysafe tables, but {lost}"]
             return

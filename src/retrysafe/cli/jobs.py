@@ -10,7 +10,7 @@ import click
 from ..config import CONFIG_NAME, ensure_home, parse_job
 from ..errors import ConfigError, HomeNotWritable, InvalidInput, not_text
 from ..fsio import atomic_write_bytes
-from ..keys import parse_assignments
+from ..keys import check_template, parse_assignments
 from ._common import emit_json, json_option, state, table
 
 
@@ -83,6 +83,7 @@ def add(name: str, template: str, params: tuple[str, ...], max_attempts: int | N
                          ("schedule", schedule), ("tz", tz), ("catch_up", window), ("keep", keep)):
         if value is not None:
             table_[field] = value
+    check_template(template)
     parse_job(name, table_)  # refuses before anything is written
     path = config.settings.config_path
     if path.parent == config.home and path.name == CONFIG_NAME:

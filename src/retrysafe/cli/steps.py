@@ -23,7 +23,7 @@ from ..connectors import build_connector
 from ..connectors.base import ABSENT, Ambiguous, EffectFailed, Found, LookupResult
 from ..donestep import done_step_evidence
 from ..errors import EXIT_BUSY, InvalidInput
-from ..fsio import lstat_no_link, open_private
+from ..fsio import lstat_no_link, open_output
 from ..keys import check_name, parse_assignments, slug, step_key
 from ..process import group_alive
 from ..states import StepState
@@ -206,7 +206,7 @@ def shell_lookup(check: str, env: Mapping[str, str], out: Path | None = None,
     def lookup(step_key: str) -> LookupResult:
         import tempfile
 
-        with (open_private(out) if out else tempfile.TemporaryFile()) as fh, \
+        with (open_output(out) if out else tempfile.TemporaryFile()) as fh, \
                 tempfile.TemporaryFile() as err:
             try:
                 rc = run_bounded(["/bin/sh", "-c", check], {**env, envvars.STEP_KEY: step_key},
@@ -276,7 +276,7 @@ def command_execute(cmd: tuple[str, ...], env: Mapping[str, str], out: Path,
     process group is killed and the step is unknown."""
 
     def execute(step_key: str) -> str:
-        with open_private(out) as fh:
+        with open_output(out) as fh:
             sys.stderr.flush()
             follower = _Follower(out)
             try:
@@ -476,7 +476,7 @@ def generate(name: str, output: str | None, validate: str | None, item: str | No
     def produce(out: Path) -> None:
         # the generator's stdout goes to its log and our stderr as it comes, bytes as they are
         log = output_file(run, name, item)
-        with open_private(log) as fh:
+        with open_output(log) as fh:
             sys.stderr.flush()
             follower = _Follower(log)
             try:
