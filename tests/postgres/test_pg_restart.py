@@ -62,16 +62,22 @@ def test_workers_survive_a_database_restart_and_a_crash(own_server: ThrowawaySer
         folder = fast_folder()
         home = race_home(folder / "home", lease_seconds=3)
         outages: list[str] = []
+        chaos_errors: list[str] = []  # a restart that failed, said in the assertion below
 
         def restarter() -> None:
-            for mode, at in (("fast", OUTCOMES // 4), ("immediate", OUTCOMES // 2)):
-                deadline = time.monotonic() + 240
-                while done_count(url) < at and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                own_server.stop(mode)
-                outages.append(mode)
-                time.sleep(1.5)  # workers meet a server that is not there
-                own_server.start()
+            try:
+                for mode, at in (("fast", OUTCOMES // 4), ("immediate", OUTCOMES // 2)):
+                    deadline = time.monotonic() + 240
+                    while done_count(url) < at and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    own_server.stop(mode)
+                    outages.append(mode)
+                    time.sleep(1.5)  # workers meet a server that is not there
+                    own_server.start()
+            except Exception as exc:  # noqa: BLE001 - a daemon thread's error is otherwise lost
+                log = own_server.root / "log"
+                tail = log.read_text(errors="replace")[-2000:] if log.is_file() else ""
+                chaos_errors.append(f"{type(exc).__name__}: {exc}; server log: {tail}")
 
         chaos = threading.Thread(target=restarter, daemon=True)
         chaos.start()
@@ -107,7 +113,8 @@ def test_workers_survive_a_database_restart_and_a_crash(own_server: ThrowawaySer
                 if not running and not chaos.is_alive():
                     break
                 time.sleep(0.1)
-            assert not running, (f"workers did not finish in time: outages {outages}, errors {one_line_errors[-3:]}, "
+            assert not running, (f"workers did not finish in time: outages {outages}, "
+                                 f"restart errors {chaos_errors}, errors {one_line_errors[-3:]}, "
                                  f"exits {exits}, ledger {ledger_states(url)}")
         finally:
             for proc in running.values():
