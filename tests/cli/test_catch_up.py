@@ -346,3 +346,40 @@ def test_the_job_setting_does_not_apply_in_a_drill_trial(home: Home, tmp_path: P
     assert done.returncode == 0, done.stdout + done.stderr
     [only] = _ran(log)
     assert only.endswith("~t1") and "catch-up" not in done.stdout
+
+
+def test_a_dry_run_in_a_new_home_creates_no_ledger(weekly: Home, tmp_path: Path) -> None:
+    """A dry run only reads: in a home that has not run yet it lists every occurrence as
+    missing and leaves the home as it found it (no ledger, no runs/); the run after it
+    still creates them and runs."""
+    log = tmp_path / "ran.log"
+    listed = weekly.run("run", "weekly", "-p", "occurrence=2026-12-07", "--catch-up-window",
+                        "2", "--dry-run", "--json", "--", *_recorder(log))
+    assert listed.returncode == 0, listed.stderr
+    plan = json.loads(listed.stdout)
+    assert [(e["key"], e["state"]) for e in plan["catch_up"]] == [
+        ("weekly:2026-11-23T0700", "missing"), ("weekly:2026-11-30T0700", "missing")]
+    assert plan["current"]["state"] == "missing"
+    assert sorted(p.name for p in weekly.path.iterdir()) == ["retrysafe.toml"]
+    plain = weekly.run("run", "adhoc", "-p", "week=2026-W49", "--dry-run", "--", "true")
+    assert plain.returncode == 0, plain.stderr
+    assert "adhoc:2026-W49  missing  run" in plain.stdout
+    assert sorted(p.name for p in weekly.path.iterdir()) == ["retrysafe.toml"]
+    assert _week(weekly, "2026-12-07", *_recorder(log)) == 0
+    assert _ran(log) == ["weekly:2026-12-07T0700"]
+
+
+def test_a_dry_run_in_a_home_that_lost_its_ledger_is_refused_as_the_run_is(
+        weekly: Home, tmp_path: Path) -> None:
+    """A used home whose ledger file was deleted: a run would repeat done outcomes and is
+    refused; the dry run says the same instead of listing them as missing and to run."""
+    assert _week(weekly, "2026-12-07", "true") == 0
+    for name in ("ledger.sqlite3", "ledger.sqlite3-wal", "ledger.sqlite3-shm"):
+        (weekly.path / name).unlink(missing_ok=True)
+    listed = weekly.run("run", "weekly", "-p", "occurrence=2026-12-07", "--dry-run", "--",
+                        "true")
+    real = weekly.run("run", "weekly", "-p", "occurrence=2026-12-07", "--", "true")
+    assert listed.returncode == real.returncode == 2, listed.stdout + listed.stderr
+    assert "ledger.sqlite3 is missing" in listed.stderr
+    assert "missing  run" not in listed.stdout
+    assert not (weekly.path / "ledger.sqlite3").exists()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -30,6 +33,31 @@ class State:
     def close(self) -> None:
         if self._engine is not None:
             self._engine.close()
+
+
+@contextlib.contextmanager
+def reading_engine(engine: Engine) -> Iterator[Engine]:
+    """``engine`` for a dry run, which only reads: its ledger as it exists (never
+    created), or, for a SQLite ledger not made yet, an empty one in a
+    folder of its own that is removed after, so every outcome reads as missing and
+    the home is left as it was."""
+    url = engine.config.settings.ledger_url
+    path = Path(url.removeprefix("sqlite:///"))
+    if not (url.startswith("sqlite:///") and not path.exists()):
+        engine.existing_ledger()
+        yield engine
+        return
+    from ..identity import refuse_missing_file
+    from ..ledger import open_ledger
+
+    refuse_missing_file(engine.home, path)  # a used home lost its ledger: a run would stop
+
+    with tempfile.TemporaryDirectory(prefix="retrysafe-dry-run-") as folder:
+        empty = Engine(engine.config, open_ledger(f"sqlite:///{folder}/empty.sqlite3"))
+        try:
+            yield empty
+        finally:
+            empty.close()
 
 
 def state() -> State:

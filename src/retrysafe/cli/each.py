@@ -29,7 +29,7 @@ import click
 from ..engine import Engine
 from ..errors import EXIT_BLOCKED, EXIT_BUSY, EXIT_DONE, EXIT_FAILED, EXIT_USAGE, InvalidInput, RetrysafeError
 from ..keys import parse_assignments
-from ._common import emit_json, json_option, state, table
+from ._common import emit_json, json_option, reading_engine, state, table
 from .run import run_context, run_job
 
 __all__ = ["ITEM_PLACEHOLDER", "each", "read_items"]
@@ -192,17 +192,13 @@ def _status_of(code: int) -> str:
 def _dry_run(engine: Engine, planned: list[tuple[Item, str, dict[str, str]]], batch: Batch,
              as_json: bool) -> None:
     """What would run: each item's key and the state its outcome is in now."""
-    url = engine.config.settings.ledger_url
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
-        ledger = None  # no ledger yet (and a dry run creates none): every item is new
-    else:
-        ledger = engine.existing_ledger()
-    for item, key, _ in planned:
-        out = ledger.outcome(key) if ledger is not None else None
-        now = out.state if out is not None else "new"
-        action = {"done": "skip", "blocked": "stop (blocked)"}.get(now, "run")
-        batch.add({"item": item.value, "key": key, "state": now, "action": action,
-                   "status": f"would {action.split()[0]}", "exit_code": EXIT_DONE})
+    with reading_engine(engine) as reader:  # no ledger yet: every item is new
+        for item, key, _ in planned:
+            out = reader.ledger.outcome(key)
+            now = out.state if out is not None else "new"
+            action = {"done": "skip", "blocked": "stop (blocked)"}.get(now, "run")
+            batch.add({"item": item.value, "key": key, "state": now, "action": action,
+                       "status": f"would {action.split()[0]}", "exit_code": EXIT_DONE})
     if not as_json:
         table(["item", "key", "state", "would"],
               [[r["item"], r.get("key", ""), r.get("state", ""), r.get("action", r["status"])]

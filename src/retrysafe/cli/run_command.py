@@ -16,7 +16,7 @@ import click
 from ..engine import Engine
 from ..errors import EXIT_DONE
 from ..keys import parse_assignments
-from ._common import emit_json, json_option, params_option, state, table
+from ._common import emit_json, json_option, params_option, reading_engine, state, table
 from .run import catch_up_window, run_context, run_job
 
 if TYPE_CHECKING:
@@ -27,13 +27,15 @@ __all__ = ["run"]
 
 def _dry_run(engine: Engine, job_name: str, given: Mapping[str, str],
              window: Window | None, as_json: bool) -> NoReturn:
-    """What the run would do, oldest first; nothing is run or recorded."""
+    """What the run would do, oldest first; nothing is run or recorded, and a home
+    without a ledger yet is left without one."""
     from ..catchup import plan
 
-    caught = plan(engine, job_name, given, window) if window is not None else None
-    params = caught.params if caught is not None else given
-    key = engine.outcome_key(job_name, params)[1]
-    out = engine.ledger.outcome(key)
+    with reading_engine(engine) as reader:
+        caught = plan(reader, job_name, given, window) if window is not None else None
+        params = caught.params if caught is not None else given
+        key = reader.outcome_key(job_name, params)[1]
+        out = reader.ledger.outcome(key)
     now = out.state if out is not None else "missing"
     action = {"done": "nothing (done)", "blocked": "stop (blocked)"}.get(str(now), "run")
     earlier = [{"occurrence": e.occurrence, "key": e.key, "state": e.state,
