@@ -66,3 +66,55 @@ def test_every_environment_variable_is_documented_in_docs_cli() -> None:
     names = [getattr(envvars, n) for n in envvars.__all__]
     assert len(names) > 10
     assert [n for n in names if n not in text] == []
+
+
+def section(name: str) -> str:
+    """The text of command NAME's section of docs/cli.md: after its '### retrysafe NAME'
+    heading (and any headings stacked under it, which share the text) up to the next heading."""
+    import re
+
+    found = re.search(rf"^### retrysafe {re.escape(name)}\n(?:### [^\n]*\n)*(.*?)(?=^##+ |\Z)",
+                      DOC, re.S | re.M)
+    return found.group(1) if found else ""
+
+
+def leaf_commands(group: click.Group = cli, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The path of every command that runs something: a group's subcommands, not the group."""
+    out: list[tuple[str, ...]] = []
+    for name in group.list_commands(_CTX):
+        cmd = group.get_command(_CTX, name)
+        assert cmd is not None
+        if isinstance(cmd, click.Group):
+            out += leaf_commands(cmd, (*path, name))
+        else:
+            out.append((*path, name))
+    return out
+
+
+def resolve_path(path: tuple[str, ...]) -> click.Command:
+    cmd: click.Command | None = cli
+    for name in path:
+        assert isinstance(cmd, click.Group)
+        cmd = cmd.get_command(_CTX, name)
+    assert cmd is not None
+    return cmd
+
+
+@pytest.mark.parametrize("path", leaf_commands(), ids=" ".join)
+def test_every_long_option_is_documented_in_its_commands_section(path: tuple[str, ...]) -> None:
+    """Each visible long option of a command or subcommand is named (any of its spellings) in
+    the section of docs/cli.md of the command (for a subcommand: of its group)."""
+    import re
+
+    text = section(path[0])
+    assert text, f"docs/cli.md has no section for retrysafe {path[0]}"
+    missing = []
+    for param in resolve_path(path).params:
+        if not isinstance(param, click.Option) or param.hidden:
+            continue
+        flags = [*param.opts, *param.secondary_opts]
+        if "--help" in flags or not any(f.startswith("--") for f in flags):
+            continue
+        if not any(re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", text) for f in flags):
+            missing.append("/".join(flags))
+    assert not missing, f"retrysafe {' '.join(path)}: not in its section of docs/cli.md: {missing}"

@@ -272,3 +272,37 @@ def test_doctor_fails_for_a_home_whose_ledger_was_deleted_or_emptied(home: Home,
         assert refused.returncode == 2 and "retrysafe recover" in refused.stderr, refused.stderr
         # refused before the ledger was opened: it is not made again behind the refusal
         assert db.exists() == (how == "emptied") and (not db.exists() or db.stat().st_size == 0)
+
+
+@pytest.mark.parametrize(("made", "typed"), [("NFC", "NFD"), ("NFD", "NFC")])
+def test_a_key_typed_in_the_other_unicode_form_finds_its_outcome(
+        home: Home, made: str, typed: str) -> None:
+    """'café' composed (NFC) and decomposed (NFD) look the same on a terminal: a KEY
+    typed in the other form than the one the ledger holds names the same outcome, for
+    reading and deciding commands alike; a key the ledger holds in neither form is still
+    unknown, and an ASCII key is looked up as typed."""
+    import unicodedata
+
+    home.path.mkdir(parents=True, exist_ok=True)
+    # a parameter's value is stored composed (NFC); the template's own text as written
+    word = unicodedata.normalize(made, "crème")
+    home.config(f'[jobs.menu]\nkey = "{word}:{{dish}}"\nparams = {{ dish = "slug" }}\n'
+                'max_attempts = 1\n')
+    dish = "brulee"
+    key, other = f"{word}:{dish}", unicodedata.normalize(typed, f"{word}:{dish}")
+    assert key != other
+    ran = home.run("run", "menu", "-p", f"dish={dish}", "--", "false")
+    assert ran.returncode == 1, ran.stderr
+    spent = home.run("run", "menu", "-p", f"dish={dish}", "--", "false")
+    assert spent.returncode == 3, spent.stderr  # blocked: its one attempt is spent
+    shown = home.run("status", other, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["outcome"]["key"] == key
+    assert home.run("history", other).returncode == 0
+    retried = home.run("retry", other)
+    assert retried.returncode == 0, retried.stderr
+    status = json.loads(home.run("status", key, "--json").stdout)
+    assert status["outcome"]["state"] == "settled"
+    missing = home.run("status", unicodedata.normalize(typed, f"{word}:caramel"))
+    assert missing.returncode == 2
+    assert "no outcome" in missing.stderr

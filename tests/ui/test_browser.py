@@ -14,6 +14,13 @@ from conftest import KEY, TOKEN, Server, Site
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 playwright_api = pytest.importorskip("playwright.sync_api")
+expect = playwright_api.expect
+
+# Every check of what a page shows goes through expect(...), which retries until it
+# holds (or WAIT runs out): a click that navigates returns once the new document has
+# committed, often before its body has arrived and been parsed, so an immediate
+# count()/inner_text() can read a page that is still loading.
+WAIT = 30_000
 
 
 @pytest.fixture(scope="module")
@@ -39,26 +46,28 @@ def test_operator_resolves_a_crash_blocked_outcome_in_the_browser_and_a_rerun_fi
         page.fill("input[name=token]", TOKEN)
         page.click("button[type=submit]")
         card = page.locator("li.card", has_text=KEY)
-        assert card.count() == 1
-        assert "no lookup to tell" in card.inner_text()
-        assert f"retrysafe resolve {KEY} send" in card.inner_text()
+        expect(card).to_have_count(1, timeout=WAIT)
+        expect(card).to_contain_text("no lookup to tell", timeout=WAIT)
+        expect(card).to_contain_text(f"retrysafe resolve {KEY} send", timeout=WAIT)
+        page.wait_for_load_state("load")  # the whole list, before saying what is not on it
         assert "report:2026-W31" not in page.content()  # done: not waiting for anyone
 
         card.locator("a.button").click()
         page.wait_for_url("**/outcome?key=*")
-        assert "blocked" in page.locator("h1").inner_text()
+        expect(page.locator("h1")).to_contain_text("blocked", timeout=WAIT)
         form = page.locator("form.resolve")
         form.locator("input[value=found]").check()
         form.locator("input[name=evidence]").fill("msg-4711")
         form.locator("input[name=note]").fill("seen in the sent folder")
         form.locator("input[name=who]").fill("alice")
         form.locator("button[type=submit]").click()
-        page.wait_for_selector("p.flash")
-        assert "done: step send" in page.locator("p.flash").inner_text()
-        assert "ui:alice" in page.locator("ol.timeline").inner_text()
+        expect(page.locator("p.flash")).to_contain_text("done: step send", timeout=WAIT)
+        expect(page.locator("ol.timeline")).to_contain_text("ui:alice", timeout=WAIT)
 
         page.goto(server.url + "/")
-        assert page.locator("li.card").count() == 0
+        # the landing page rendered (not a blank or half-loaded one), and nothing on it waits
+        expect(page.locator("p.calm")).to_have_text("Nothing waits for a human.", timeout=WAIT)
+        expect(page.locator("li.card")).to_have_count(0, timeout=WAIT)
     finally:
         page.close()
 
@@ -79,8 +88,8 @@ def test_verify_button_shows_the_result_in_place(browser: object, site: Site, se
         page.goto(f"{server.url}/outcome?key=report%3A2026-W31&token={TOKEN}")
         assert "token=" not in page.url  # the token leaves the address bar at once
         page.click("text=Verify now")
-        page.wait_for_selector("#verify-result .verify")
-        assert "verified" in page.locator("#verify-result").inner_text()
+        # exactly "verified": "NOT verified" must not pass
+        expect(page.locator("#verify-result .verify b")).to_have_text("verified", timeout=WAIT)
         assert page.url.endswith("/outcome?key=report%3A2026-W31")
     finally:
         page.close()

@@ -75,9 +75,38 @@ def params_option(help: str = "A job parameter (repeat for each).") -> Callable[
     return click.option("-p", "--param", "params", multiple=True, metavar="NAME=VALUE", help=help)
 
 
+def _stored_key(_ctx: click.Context, _param: click.Parameter, key: str) -> str:
+    """KEY as typed, or as the ledger holds it when it holds it only in the other
+    Unicode normal form: a terminal or a copy can decompose ``é`` (NFD) in a key
+    rendered with it composed (NFC), or the other way round, and the two look the
+    same. An ASCII key, or one the ledger cannot be read for, is left as typed (the
+    command itself then says what is wrong)."""
+    import unicodedata
+
+    from ..errors import RetrysafeError
+
+    if key.isascii():
+        return key
+    others = sorted({unicodedata.normalize(form, key) for form in ("NFC", "NFD")} - {key})
+    if not others:
+        return key
+    try:
+        ledger = state().engine.existing_ledger()
+        if ledger.outcome(key) is None:
+            return next((o for o in others if ledger.outcome(o) is not None), key)
+    except RetrysafeError:
+        pass
+    return key
+
+
+def key_argument(f: F) -> F:
+    """The ``KEY`` argument of a command about one outcome (:func:`_stored_key`)."""
+    return click.argument("key", callback=_stored_key)(f)
+
+
 def key_and_step(f: F) -> F:
     """The ``KEY STEP`` arguments of a command about one step of an outcome."""
-    return click.argument("key")(click.argument("step_name", metavar="STEP")(f))
+    return key_argument(click.argument("step_name", metavar="STEP")(f))
 
 
 def emit_json(obj: Any) -> None:

@@ -45,7 +45,7 @@ from ..keys import parse_assignments, step_key
 from ..ledger import Holder
 from ..process import host_id
 from ..states import Action, ClaimStatus
-from ._common import emit_json, json_option, key_and_step, params_option, state
+from ._common import emit_json, json_option, key_and_step, key_argument, params_option, state
 
 __all__ = ["begin", "block", "check", "close", "intent", "record", "unknown"]
 
@@ -384,7 +384,7 @@ def block(key: str, step_name: str, reason: str, item: str | None, attempt_id: s
 
 
 @click.command()
-@click.argument("key")
+@key_argument
 @click.option(
     "--failed",
     "failed_reason",

@@ -9,7 +9,7 @@ import click
 
 from ..errors import InvalidInput
 from ..keys import parse_assignments
-from ._common import actor, emit_json, json_option, key_and_step, params_option, state
+from ._common import actor, emit_json, json_option, key_and_step, key_argument, params_option, state
 
 
 @click.command()
@@ -96,7 +96,7 @@ def approve(key: str, step_name: str, note: str, new: bool, job_name: str | None
 
 
 @click.command()
-@click.argument("key")
+@key_argument
 @click.option("--note", default="", help="Why (kept in the history).")
 @json_option
 def retry(key: str, note: str, as_json: bool) -> None:
@@ -149,7 +149,7 @@ def _rerun(key: str, as_json: bool, extra: dict[str, Any] | None = None) -> NoRe
 
 
 @click.command()
-@click.argument("key")
+@key_argument
 @json_option
 def resume(key: str, as_json: bool) -> None:
     """Run an outcome's recorded command again, exactly as 'retrysafe run' did.

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from ._common import actor, emit_json, json_option, state
+from ._common import actor, emit_json, json_option, key_argument, state
 
 
 @click.command("break-lease")
-@click.argument("key")
+@key_argument
 @click.option("--note", default="", help="Why (kept in the history).")
 @json_option
 def break_lease(key: str, note: str, as_json: bool) -> None:

@@ -13,7 +13,7 @@ from ..ledger import OutcomeRecord
 from ..readout import history_lines, status_lines
 from ..states import OutcomeState
 from ..timefmt import when
-from ._common import emit_json, json_option, state, table
+from ._common import emit_json, json_option, key_argument, state, table
 
 _RECENT_KEYS = 5
 
@@ -36,7 +36,7 @@ def require_outcome(engine: Engine, key: str) -> OutcomeRecord:
 
 
 @click.command()
-@click.argument("key")
+@key_argument
 @json_option
 def status(key: str, as_json: bool) -> None:
     """Show an outcome: state, attempts, steps and their evidence.
@@ -98,7 +98,7 @@ def ls(job_name: str | None, state_name: str | None, limit: int, drills: bool, a
 
 
 @click.command()
-@click.argument("key")
+@key_argument
 @json_option
 def history(key: str, as_json: bool) -> None:
     """Every transition of an outcome: time, attempt, fencing token, actor, reason.
@@ -118,7 +118,7 @@ def history(key: str, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("key")
+@key_argument
 @json_option
 def verify(key: str, as_json: bool) -> None:
     """Re-check a done outcome independently: artifacts, stored checks, acceptance.
