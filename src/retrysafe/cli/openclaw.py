@@ -9,12 +9,15 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from ..errors import EXIT_BUSY, EXIT_DONE, EXIT_FAILED, ConfigError, InvalidInput
+from ..errors import EXIT_BUSY, EXIT_DONE, EXIT_FAILED, ConfigError, InvalidInput, InvalidParameter
 from ._common import emit_json, json_option, params_option, state
+
+if TYPE_CHECKING:
+    import subprocess
 
 __all__ = ["openclaw"]
 
@@ -196,6 +199,7 @@ def run_command(
     context_settings={"ignore_unknown_options": True},
 )
 @click.argument("job_name", metavar="JOB")
+@params_option("A job parameter the command passes (repeat for each; not the occurrence).")
 @click.option("--name", metavar="NAME", help="OpenClaw automation name (default: JOB).")
 @click.option(
     "--cwd",
@@ -212,7 +216,12 @@ def run_command(
 )
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def cron_command(
-    job_name: str, name: str | None, cwd: Path | None, busy_ok: bool, cmd: tuple[str, ...]
+    job_name: str,
+    params: tuple[str, ...],
+    name: str | None,
+    cwd: Path | None,
+    busy_ok: bool,
+    cmd: tuple[str, ...],
 ) -> None:
     """Print the 'openclaw cron add' line that runs JOB on its own schedule.
 
@@ -222,12 +231,16 @@ def cron_command(
     absolute against it), and goes through 'retrysafe openclaw run', which
     puts this retrysafe first on the script's PATH. The schedule and time zone
     come from the job's declaration, so OpenClaw fires exactly at the
-    occurrences retrysafe derives keys from.
+    occurrences retrysafe derives keys from. The job's other parameters are
+    given with -p, checked now, and passed on every run.
 
     \b
     Example:
       retrysafe openclaw cron-command weekly-ops-report -- ./send-report.sh
+      retrysafe openclaw cron-command region-report -p region=eu -- ./send-report.sh
     """
+    from ..keys import SCHEDULE_TYPES, parse_assignments
+
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
@@ -236,6 +249,12 @@ def cron_command(
     job = engine.config.job(job_name)
     if not job.schedule:
         raise ConfigError(f'job {job_name!r} has no schedule; add schedule = "..." to [jobs.{job_name}]')
+    given = parse_assignments(params)
+    fixed = sorted(n for n in given if job.params.get(n) in SCHEDULE_TYPES)
+    if fixed:
+        raise InvalidParameter(f"-p {fixed[0]}: the occurrence comes from the schedule at each run; "
+                               "do not pass it")
+    job.resolve_params(given)  # unknown, missing or invalid: refused now, not at every run
     folder = (cwd or Path.cwd()).expanduser().absolute()
     program = cmd[0]
     if os.sep in program and not os.path.isabs(program):
@@ -248,6 +267,7 @@ def cron_command(
         "run",
         *([] if busy_ok else ["--busy-error"]),
         job_name,
+        *(word for n, v in given.items() for word in ("-p", f"{n}={v}")),
         "--",
         program,
         *cmd[1:],
@@ -272,6 +292,63 @@ def cron_command(
         "--no-deliver",
     ]
     click.echo(shlex.join(line))
+
+
+def _openclaw_exe(given: str | None) -> str | None:
+    """The ``openclaw`` to call: ``--openclaw PATH`` when given, refused (exit 2) unless
+    it is an executable file; else the one on PATH, or ``None`` when there is none."""
+    if given is None:
+        return shutil.which("openclaw")
+    found = given if os.sep in given else shutil.which(given)
+    problem = (
+        "not found on PATH" if found is None
+        else "no such file" if not os.path.exists(found)
+        else "is a folder, not the openclaw executable" if os.path.isdir(found)
+        else "is not executable" if not os.access(found, os.X_OK)
+        else ""
+    )
+    if problem:
+        raise InvalidInput(f"--openclaw {given}: {problem}")
+    assert found is not None
+    return found
+
+
+class _NoAnswer(InvalidInput):
+    """``openclaw`` ran but did not answer with JSON (a gateway that is down, another program)."""
+
+
+def _call_openclaw(argv: list[str], timeout: float | None = 120,
+                   **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """``argv`` run to its end; one that cannot be started is exit 2 (:class:`InvalidInput`),
+    one that does not end within ``timeout`` seconds :class:`_NoAnswer`."""
+    import subprocess
+
+    try:
+        return subprocess.run(argv, timeout=timeout, text=True, check=False, **kwargs)
+    except subprocess.TimeoutExpired:
+        raise _NoAnswer(f"{shlex.join(argv[:4])}: no answer in {timeout:g} s") from None
+    except OSError as exc:
+        raise InvalidInput(f"{argv[0]}: cannot be run ({exc.strerror or exc}); "
+                           "pass --openclaw PATH of the openclaw executable") from None
+
+
+def _openclaw_json(argv: list[str]) -> object:
+    """The JSON an ``openclaw`` command prints (after any banner line); :class:`_NoAnswer`
+    when it prints none."""
+    import json
+
+    done = _call_openclaw(argv, capture_output=True)
+    starts = [i for i in (done.stdout.find("{"), done.stdout.find("[")) if i >= 0]
+    try:
+        if done.returncode != 0 or not starts:
+            raise ValueError
+        return json.loads(done.stdout[min(starts):])
+    except ValueError:
+        if done.returncode == 0:
+            why = "printed no JSON (is it the openclaw executable?)"
+        else:
+            why = (done.stderr.strip().splitlines() or [f"exited {done.returncode}"])[-1]
+        raise _NoAnswer(f"{shlex.join(argv[:4])}: {why[:300]}") from None
 
 
 @openclaw.command("install-plugin")
@@ -299,18 +376,16 @@ def install_plugin(link: bool, yes: bool, openclaw_bin: str | None) -> None:
       retrysafe openclaw install-plugin
       retrysafe openclaw install-plugin --link --yes
     """
-    import subprocess
-
     from ..openclaw.plugin import plugin_dir
 
-    found = openclaw_bin or shutil.which("openclaw")
+    found = _openclaw_exe(openclaw_bin)
     flags = [*(["--link"] if link else []), *(["--force", "--accept-capabilities"] if yes else [])]
     argv = [found or "openclaw", "plugins", "install", *flags, str(plugin_dir())]
     if found is None:
         click.echo("note: 'openclaw' is not on PATH; run this where it is:", err=True)
         click.echo(shlex.join(argv))
         return
-    done = subprocess.run(argv, check=False)
+    done = _call_openclaw(argv, timeout=None)  # it may ask questions on the terminal
     if done.returncode != 0:
         raise click.ClickException(f"{shlex.join(argv)} exited {done.returncode}")
     click.echo("then configure it: plugins.entries.retrysafe.config (docs/openclaw.md)")
@@ -344,9 +419,6 @@ def doctor(openclaw_bin: str | None, config_path: Path | None) -> None:
     Example:
       retrysafe --home /srv/retrysafe openclaw doctor
     """
-    import json
-    import subprocess
-
     from ..openclaw.doctor import (
         Check,
         check_cron_jobs,
@@ -357,20 +429,17 @@ def doctor(openclaw_bin: str | None, config_path: Path | None) -> None:
 
     engine = state().engine
     home = engine.home.resolve()
+    found = _openclaw_exe(openclaw_bin)  # a --openclaw PATH that cannot be run: exit 2 first
     checks: list[Check] = [check_sh_lc(_retrysafe_argv()[0])]
-    found = openclaw_bin or shutil.which("openclaw")
     if found is None:
         checks.append(Check("warn", "cron jobs", "not checked: 'openclaw' is not on PATH",
                             "pass --openclaw PATH"))
     else:
-        listed = subprocess.run([found, "cron", "list", "--all", "--json"], capture_output=True,
-                                text=True, timeout=120, check=False)
         try:
-            start = min(i for i in (listed.stdout.find("{"), listed.stdout.find("[")) if i >= 0)
-            checks.extend(check_cron_jobs(json.loads(listed.stdout[start:]), home))
-        except ValueError:
-            reason = (listed.stderr.strip().splitlines() or [f"exit {listed.returncode}"])[-1]
-            checks.append(Check("warn", "cron jobs", f"not checked: openclaw cron list: {reason[:200]}",
+            checks.extend(check_cron_jobs(_openclaw_json([found, "cron", "list", "--all", "--json"]),
+                                          home))
+        except _NoAnswer as exc:
+            checks.append(Check("warn", "cron jobs", f"not checked: {exc}",
                                 "start the gateway, or check its port and token"))
     where, doc, problem = read_openclaw_config(config_path)
     plugin = list(check_plugin(doc, where, problem, home, engine.config.jobs))
@@ -384,25 +453,6 @@ def doctor(openclaw_bin: str | None, config_path: Path | None) -> None:
     for check in checks:
         click.echo(check.line())
     sys.exit(EXIT_FAILED if any(c.status == "FAIL" for c in checks) else EXIT_DONE)
-
-
-def _openclaw_json(argv: list[str]) -> object:
-    """The JSON an ``openclaw`` command prints (after any banner line)."""
-    import json
-    import subprocess
-
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InvalidInput(f"{shlex.join(argv[:4])}: {exc}") from exc
-    starts = [i for i in (done.stdout.find("{"), done.stdout.find("[")) if i >= 0]
-    try:
-        if done.returncode != 0 or not starts:
-            raise ValueError
-        return json.loads(done.stdout[min(starts):])
-    except ValueError:
-        why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        raise InvalidInput(f"{shlex.join(argv[:4])}: {why[:300]}") from None
 
 
 @openclaw.command("runs")
@@ -439,7 +489,7 @@ def runs(job_name: str, openclaw_bin: str | None, limit: int, as_json: bool) -> 
 
     engine = state().engine
     engine.config.job(job_name)  # an unknown job is refused before OpenClaw is asked
-    found = openclaw_bin or shutil.which("openclaw")
+    found = _openclaw_exe(openclaw_bin)
     if found is None:
         raise InvalidInput("'openclaw' is not on PATH; pass --openclaw PATH")
     _where, doc, _problem = read_openclaw_config(None)

@@ -142,7 +142,7 @@ def _command_of(job: dict[str, Any]) -> tuple[str, str | None, dict[str, str]]:
     payload: dict[str, Any] = job["payload"] if isinstance(job.get("payload"), dict) else {}
     argv = payload.get("argv") or payload.get("commandArgv")
     if isinstance(argv, list) and argv:
-        command = argv[-1] if argv[:2] == ["sh", "-lc"] else shlex.join(str(a) for a in argv)
+        command = str(argv[-1]) if argv[:2] == ["sh", "-lc"] else shlex.join(str(a) for a in argv)
     else:
         command = str(payload.get("command") or "")
     cwd = payload.get("cwd") or payload.get("commandCwd")

@@ -20,6 +20,7 @@ from typing import Any
 
 __all__ = ["JoinedRun", "answer_of", "cron_jobs_for", "params_of"]
 
+_YEAR_10000_MS = 253_402_300_800_000  # a run time past it is not a time datetime can hold
 _ANSWER = re.compile(r"^(done|busy|blocked|unknown|failed|stale|skipped|missed --run): ", re.M)
 
 
@@ -34,8 +35,9 @@ class JoinedRun:
     state: str
     answer: str
 
-    def to_json(self) -> dict[str, str]:
-        return {"at": self.at.isoformat(), "cron_job": self.cron_job, "openclaw_status": self.status,
+    def to_json(self) -> dict[str, str | float]:
+        # "at" as a number: emit_json writes it as every command's times (timefmt.iso_times)
+        return {"at": self.at.timestamp(), "cron_job": self.cron_job, "openclaw_status": self.status,
                 "key": self.key, "state": self.state, "answer": self.answer}
 
 
@@ -80,8 +82,8 @@ def cron_jobs_for(listed: Any, job: str, plugin_jobs: Mapping[str, Any]) -> Iter
     agent jobs the plugin maps to it."""
     jobs = listed.get("jobs", []) if isinstance(listed, dict) else listed
     for entry in jobs if isinstance(jobs, list) else []:
-        if not isinstance(entry, dict):
-            continue
+        if not isinstance(entry, dict) or entry.get("id") is None:
+            continue  # without an id its runs cannot be asked for
         mapped = plugin_jobs.get(str(entry.get("id")))
         if (mapped.get("job") if isinstance(mapped, dict) else mapped) == job:
             yield entry
@@ -108,8 +110,9 @@ def answer_of(summary: str) -> str:
 def finished(history: Any) -> Iterable[dict[str, Any]]:
     """The finished runs in ``openclaw cron runs --json``, oldest first."""
     entries = history.get("entries", []) if isinstance(history, dict) else history
-    runs = [e for e in entries if isinstance(e, dict) and e.get("action", "finished") == "finished"
-            and isinstance(e.get("runAtMs"), int | float)]
+    runs = [e for e in (entries if isinstance(entries, list) else [])
+            if isinstance(e, dict) and e.get("action", "finished") == "finished"
+            and isinstance(e.get("runAtMs"), int | float) and 0 <= e["runAtMs"] < _YEAR_10000_MS]
     return sorted(runs, key=lambda e: e["runAtMs"])
 
 
