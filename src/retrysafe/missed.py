@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from .errors import ConfigError
+from .errors import ConfigError, InvalidParameter
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -57,6 +57,7 @@ def missed_occurrences(engine: Engine, job_name: str, start: datetime, end: date
     """The job's occurrences between ``start`` and ``end`` that are not done (with
     ``show_all``, every one), oldest first."""
     name, schedule = occurrence_param(engine, job_name)
+    _check_given(engine, job_name, name, given)
     ledger = engine.ledger
     rows = []
     for occ in schedule.between(start, end):
@@ -67,6 +68,27 @@ def missed_occurrences(engine: Engine, job_name: str, start: datetime, end: date
         if show_all or status != "done":
             rows.append(Occurrence(text, key, str(status), out.reason if out else ""))
     return rows
+
+
+def _check_given(engine: Engine, job_name: str, name: str, given: Mapping[str, str]) -> None:
+    """Refuse, before any occurrence is looked at, parameters no occurrence could run with
+    (a range without an occurrence would let them pass): the occurrence itself (each
+    occurrence fills it in), a value that is not UTF-8 text, one the job does not take."""
+    from shlex import quote
+
+    if name in given:
+        others = "".join(f" -p {quote(f'{k}={v}')}" for k, v in given.items() if k != name)
+        raise InvalidParameter(
+            f"-p {name}: {name!r} is the job's occurrence, filled in for each one in the range; "
+            f"leave it out (that occurrence alone: retrysafe run {quote(job_name)}{others} "
+            f"-p {quote(f'{name}={given[name]}')} -- CMD)")
+    for k, v in given.items():
+        try:
+            v.encode()
+        except UnicodeEncodeError:
+            raise InvalidParameter(f"parameter {k!r}: the value is not UTF-8 text; give it as "
+                                   "text (decode the bytes, or encode them, e.g. as hex)") from None
+    engine.config.job(job_name).resolve_params(given)  # the occurrence left out: the latest
 
 
 def recent_missing(engine: Engine, *, days: float = 7, grace: timedelta = timedelta(minutes=15),

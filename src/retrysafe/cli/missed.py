@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ..ages import parse_age
-from ..errors import EXIT_BLOCKED, EXIT_BUSY, EXIT_DONE, EXIT_FAILED, InvalidInput
+from ..errors import EXIT_BLOCKED, EXIT_BUSY, EXIT_DONE, EXIT_FAILED, InvalidInput, command_line
 from ..keys import parse_assignments
 from ..schedule import Schedule
 from ._common import emit_json, json_option, params_option, state, table
@@ -25,23 +25,31 @@ _NOT_MISSED = frozenset({"done", "running", "generated", "delivered"})
 #: states --run finishes: never ran, or ended without the work done and no human needed
 _RUNNABLE = frozenset({"missing", "planned", "failed", "unknown", "settled"})
 _RELATIVE = re.compile(r"^[0-9]+[smhdw]$")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _instant(text: str, schedule: Schedule, what: str) -> datetime:
     """A date (midnight in the job's zone), a date-time (naive: in the job's zone), or an
     age back from now (``30d``, ``12h``)."""
-    if _RELATIVE.match(text.strip()):
-        return datetime.now(UTC) - timedelta(seconds=parse_age(text.strip(), what))
     try:
-        if len(text) == 10:
+        if _RELATIVE.match(text.strip()):
+            value = datetime.now(UTC) - timedelta(seconds=parse_age(text.strip(), what))
+        elif len(text) == 10:
             day = date.fromisoformat(text)
-            return datetime(day.year, day.month, day.day, tzinfo=schedule.zone)
-        value = datetime.fromisoformat(text)
+            value = datetime(day.year, day.month, day.day, tzinfo=schedule.zone)
+        else:
+            value = datetime.fromisoformat(text)
+            value = value if value.tzinfo else value.replace(tzinfo=schedule.zone)
+        value = value.astimezone(UTC)
     except ValueError:
         raise InvalidInput(
             f"{what} {text!r} is not a date (YYYY-MM-DD), a date-time or an age (30d)"
         ) from None
-    return value if value.tzinfo else value.replace(tzinfo=schedule.zone)
+    except OverflowError:
+        raise InvalidInput(f"{what} {text!r} is out of range") from None
+    if value < _EPOCH:
+        raise InvalidInput(f"{what} {text!r} is before 1970: no occurrence to look at there")
+    return value
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -92,10 +100,22 @@ def missed(
     engine = state().engine
     job = engine.config.job(job_name)
     name, schedule = occurrence_param(engine, job_name)
+    now = datetime.now(UTC)
     start = _instant(since, schedule, "--since")
-    end = _instant(until, schedule, "--until") if until else datetime.now(UTC)
-    if until and len(until) == 10:
-        end += timedelta(days=1) - timedelta(microseconds=1)  # the whole last day
+    if start > now:
+        raise InvalidInput(f"--since {since!r} is in the future: an occurrence not due yet "
+                           "is not missed")
+    end = now
+    if until:
+        end = _instant(until, schedule, "--until")
+        if start > end:
+            raise InvalidInput(f"--since {since!r} is after --until {until!r}")
+        if end > now:  # not due yet is not missed (and --run must not do it ahead of time)
+            click.echo(f"retrysafe: --until {until!r} is in the future: looking until now",
+                       err=True)
+            end = now
+        elif len(until) == 10:  # the whole last day, up to now
+            end = min(end + timedelta(days=1) - timedelta(microseconds=1), now)
     given = parse_assignments(params)
     rows: list[dict[str, Any]] = [
         {"occurrence": r.occurrence, "key": r.key, "state": r.state, "reason": r.reason}
@@ -111,7 +131,8 @@ def missed(
     if run_them:
         sys.exit(_run_missed(engine.home, job_name, given, name, rows, cmd))
     if not rows:
-        click.echo(f"nothing missed: every occurrence of {job_name} since {since} is done")
+        upto = f" until {until}" if until else ""
+        click.echo(f"nothing missed: every occurrence of {job_name} since {since}{upto} is done")
         return
     table(["occurrence", "key", "state"], [(r["occurrence"], r["key"], r["state"]) for r in rows])
     first = next((r for r in rows if r["state"] != "done"), None)
@@ -138,12 +159,19 @@ def _run_missed(
     if bin_dir is not None:  # nested 'retrysafe step' calls find this installation
         env["PATH"] = os.pathsep.join([str(bin_dir), env.get("PATH", "")])
     extra = [a for k, v in given.items() for a in ("-p", f"{k}={v}")]
+    # the runs use this one's home, config and ledger, however they were given
+    options = state()
+    where = ["--home", str(home.resolve())]
+    if options.config:
+        where += ["--config", str(Path(options.config).resolve())]
+    if options.ledger:
+        where += ["--ledger", options.ledger]
     counts = {"done": 0, "blocked": 0, "busy": 0, "not done": 0}
     for row in todo:
         click.echo(f"run: {row['key']} ({row['state']})", err=True)
         sys.stdout.flush()
         # each occurrence alone: the job's catch_up would run the earlier ones again
-        argv = [*_retrysafe_argv(), "--home", str(home.resolve()), "run", job_name, *extra,
+        argv = [*_retrysafe_argv(), *where, "run", job_name, *extra,
                 "-p", f"{name}={row['occurrence']}", "--no-catch-up", "--", *cmd]
         code = subprocess.run(argv, env=env, check=False).returncode
         if code == EXIT_DONE:
@@ -155,7 +183,8 @@ def _run_missed(
         else:
             counts["not done"] += 1
     for row in waiting:
-        click.echo(f"blocked: {row['key']} waits for a person: retrysafe status {row['key']}", err=True)
+        click.echo(f"blocked: {row['key']} waits for a person: {command_line('status', row['key'])}",
+                   err=True)
     click.echo(
         f"missed --run: {len(todo)} run, {counts['done']} done, {counts['blocked'] + len(waiting)} "
         f"blocked, {counts['not done']} not done, {counts['busy']} busy elsewhere"
