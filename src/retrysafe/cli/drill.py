@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -11,6 +12,18 @@ from ..drill import POINT_SETS, Drill, render_table
 from ..fsio import atomic_write_json
 from ..keys import parse_assignments
 from ._common import params_option, state
+
+
+class _Seconds(click.FloatRange):
+    """Seconds above 0 and at most 1e9; ``nan`` (which every comparison lets through) is
+    refused too."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        got = super().convert(value, param, ctx)
+        if got != got:
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return got
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -22,8 +35,8 @@ from ._common import params_option, state
               help="Only trials matching this pattern (e.g. 'publish:*'); repeatable.")
 @click.option("--max-reruns", default=5, show_default=True, metavar="N",
               help="Re-runs after the fault before a trial gives up.")
-@click.option("--timeout", default=600.0, show_default=True, metavar="SECONDS",
-              help="Longest one run may take.")
+@click.option("--timeout", type=_Seconds(min=0, min_open=True, max=1e9), default=600.0,
+              show_default=True, metavar="SECONDS", help="Longest one run may take.")
 @click.option("--json", "json_file", metavar="FILE", help="Write the full report as JSON.")
 @click.option("--id", "drill_id", metavar="ID", help="Drill id (default: random).")
 @click.option("--cleanup", is_flag=True,
@@ -41,7 +54,8 @@ def drill(job_name: str, params: tuple[str, ...], points: str, only: tuple[str, 
     every effect exists exactly once in the external system, generate
     steps ran once, 'retrysafe verify' passes, nothing is left running.
     Exit 0: every trial passed; 1: a trial failed; 2: bad input (the job's
-    effects or lookups ignore RETRYSAFE_STEP_KEY, no lookup to count with).
+    effects or lookups ignore RETRYSAFE_STEP_KEY, no lookup to count with,
+    a clean run stopped at --timeout, an --id whose trials exist).
 
     \b
     Drills perform REAL effects: point the job at test targets.

@@ -33,7 +33,14 @@ from .plan import (
     learn_steps,
     seed_trials,
 )
-from .trial import TrialContext, TrialResult, check_outcome, run_trial, settle_interrupted
+from .trial import (
+    TrialContext,
+    TrialResult,
+    already_there,
+    check_outcome,
+    run_trial,
+    settle_interrupted,
+)
 
 __all__ = ["Drill", "DrillReport"]
 
@@ -106,6 +113,8 @@ class Drill:
             raise InvalidInput(f"command not found: {cmd[0]}")
         if max_reruns < 1:
             raise InvalidInput("--max-reruns must be at least 1")
+        if not 0 < timeout <= 1e9:  # nan too
+            raise InvalidInput("--timeout must be above 0 and at most 1e9 seconds")
         self.engine = engine
         self.job = job
         spec = engine.config.job(job)
@@ -117,8 +126,21 @@ class Drill:
         self.max_reruns = max_reruns
         self.timeout = timeout
         self.only = list(only)
-        self.drill_id = check_name("drill id", drill_id or f"d{uuid.uuid4().hex[:6]}")
+        self.drill_id = check_name("drill id", drill_id or self._fresh_id())
         self.progress = progress or (lambda _line: None)
+        used = f"{self.base_key}~{self.drill_id}-0"
+        if engine.ledger.outcome(used) is not None:
+            # its trials are done already: re-running them would test nothing
+            raise InvalidInput(
+                f"drill id {self.drill_id} was used before ({used} exists): give a new --id "
+                "(its effects stay in the targets even after a cleanup, so a trial of the "
+                "same id would find them there and test nothing)")
+
+    def _fresh_id(self) -> str:
+        while True:
+            drill_id = f"d{uuid.uuid4().hex[:6]}"
+            if self.engine.ledger.outcome(f"{self.base_key}~{drill_id}-0") is None:
+                return drill_id
 
     def _env(self) -> dict[str, str]:
         settings = self.engine.config.settings
@@ -144,6 +166,13 @@ class Drill:
             total = len(plans) + 2
             for n, plan in enumerate(plans, start=2):
                 current = ctx.trial_key(f"{self.drill_id}-{n}")
+                there = already_there(ctx, current)
+                if there:  # the trial would find its effects done and test nothing
+                    report.problems.append(
+                        f"{current}: the effect of {', '.join(f'step {s}' for s in there)} "
+                        f"is in the target before the trial ran (drill id {self.drill_id} used "
+                        "before, then cleaned up?): give a new --id")
+                    break
                 self.progress(f"[{n + 1}/{total}] {plan.label}: {plan.scenario} ...")
                 result = run_trial(ctx, n, plan)
                 report.trials.append(result)
@@ -167,6 +196,8 @@ class Drill:
         self.progress(f"[1/?] clean run of {self.job} ({ctx.trial_key(self.drill_id + '-0')}) ...")
         first = run_trial(ctx, 0, CLEAN)
         report.trials.append(first)
+        if self._timed_out(first, "the clean run", report):
+            return False
         ledger = self.engine.ledger
         if ledger.outcome(first.key) is None:
             report.problems.append(f"the clean run recorded no outcome: {first.runs[-1].last_line}")
@@ -191,8 +222,19 @@ class Drill:
         second = run_trial(ctx, 1, CLEAN_AGAIN)
         report.trials.append(second)
         self.progress(f"[2/?] {CLEAN_AGAIN.label}: {second.verdict}")
+        if self._timed_out(second, "the second clean run", report):
+            return False
         report.problems.extend(self._key_problems(ctx, first, second))
         return second.ok and not report.problems
+
+    def _timed_out(self, trial: TrialResult, what: str, report: DrillReport) -> bool:
+        """A clean run stopped at --timeout: it learns nothing, and every trial would be
+        stopped the same way."""
+        if not any(run.timed_out for run in trial.runs):
+            return False
+        report.problems.append(f"{what} timed out after {self.timeout:g} s: give the job "
+                               "more time with a larger --timeout")
+        return True
 
     def _key_problems(self, ctx: TrialContext, first: TrialResult,
                       second: TrialResult) -> list[str]:

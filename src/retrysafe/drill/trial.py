@@ -21,7 +21,7 @@ from .count import CountError, EffectCounter
 from .launch import RunResult, launch_run
 from .plan import StepInfo, TrialPlan
 
-__all__ = ["TrialContext", "TrialResult", "run_trial", "settle_interrupted"]
+__all__ = ["TrialContext", "TrialResult", "already_there", "run_trial", "settle_interrupted"]
 
 _FAULT_ENVS = (envvars.CRASH_AT, envvars.DRILL_FAIL, envvars.DRILL_CUT)
 
@@ -121,7 +121,9 @@ def run_trial(ctx: TrialContext, number: int, plan: TrialPlan) -> TrialResult:
     if plan.fault in ("fail", "cut"):
         _check_first_fault(ctx, plan, key, result)
     resolved = False
-    for _ in range(ctx.max_reruns):
+    # a clean run stopped at the timeout is not run again: the drill stops there
+    reruns = 0 if plan.fault == "none" and first.timed_out else ctx.max_reruns
+    for _ in range(reruns):
         state, _ = _state(ctx, key)
         if state == "done":
             break
@@ -137,6 +139,21 @@ def run_trial(ctx: TrialContext, number: int, plan: TrialPlan) -> TrialResult:
     result.state, result.reason = _state(ctx, key)
     check_outcome(ctx, key, result, plan)
     return result
+
+
+def already_there(ctx: TrialContext, key: str) -> list[str]:
+    """The steps whose effect a lookup finds under ``key`` before any run of it (none,
+    unless an earlier drill of the same id left them in the targets)."""
+    there: list[str] = []
+    for step in ctx.steps:
+        if not step.is_effect:
+            continue
+        try:
+            if ctx.counter.seen(step, ctx.step_key(key, step), key).count:
+                there.append(step.label)
+        except CountError:
+            continue  # the checks after the trial report it
+    return there
 
 
 def _blocked_failed_step(ctx: TrialContext, key: str, plan: TrialPlan) -> str | None:
