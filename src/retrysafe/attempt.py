@@ -38,7 +38,7 @@ from .errors import (
 from .evidence import Evidence, FieldValue
 from .folders import AttemptFolder
 from .fsio import atomic_copy, sha256_file
-from .keys import check_name, step_key, step_ref
+from .keys import check_name, slug, step_key, step_ref
 from .ledger import AttemptRecord, Ledger, OutcomeRecord, StepRecord
 from .process import hold, holder_gone, this_holder
 from .states import PROGRESS_MARKS, Action, BlockCause, OutcomeState, StepState
@@ -65,6 +65,17 @@ def fingerprint(payload: Mapping[str, Any]) -> str:
 
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def artifact_name(name: str, item: str | None = None) -> str:
+    """A generate step's default artifact file name: ``NAME``, or ``NAME+ITEM`` for an
+    item (slugged, as its ``step-NAME+ITEM.log``). Names never hold ``+``, so no two
+    steps or items share one, nor one a ``--output`` name; a retry gets the same."""
+    return f"{name}+{slug(item)}" if item else name
+
+
+def _whose(name: str, item: str | None) -> str:
+    return f"item {item} of step {name}" if item else f"step {name}"
 
 
 @dataclass(frozen=True)
@@ -639,8 +650,7 @@ class Run:
                                key=self.key, step=name, state=_S.DONE)
         if decision.action is Action.LOOKUP:
             raise InvalidInput(
-                f"look first: {decision.reason}. Found: "
-                f"'{command_line('record', self.key, name, options='--evidence ID')}'. "
+                f"look first: {decision.reason}. Found: '{self.record_command(name, item)}'. "
                 "Certainly absent: add --absent WHERE",
                 key=self.key, step=name, state=decision.state)
         if decision.action is not Action.EXECUTE:
@@ -649,6 +659,18 @@ class Run:
             self._log(decision.step_key, "lookup", "absent", where=absent)
         self.intent(name, cls, item=item, step=step)
         return decision.step_key
+
+    def record_command(self, name: str, item: str | None = None) -> str:
+        """The ``retrysafe record`` line for a step of this attempt, ID standing for
+        the evidence: it names the item and the attempt, so it pastes as printed."""
+        from shlex import quote
+
+        options = "--evidence ID"
+        if item is not None:
+            options += f" --item {quote(item)}"
+        if self.attempt is not None:
+            options += f" --attempt {quote(self.attempt.id)}"
+        return command_line("record", self.key, name, options=options)
 
     def record_evidence(self, name: str, evidence: str, *, item: str | None = None) -> bool:
         """Record what an agent did or found (``retrysafe record``); ``False`` when
@@ -722,7 +744,7 @@ class Run:
         recorded with it, as named fields of its evidence (``provenance.py``).
         """
         check_name("step", name)
-        fname = check_name("output", filename or name)
+        fname = check_name("output", filename) if filename else artifact_name(name, item)
         skey = self._step_key(name, item)
         step = self.ledger.step(skey)
         if step is not None and step.state == _S.DONE and step.artifact:
@@ -744,10 +766,28 @@ class Run:
             adopted = self._adopt(name, item, step, validate, provenance)
             if adopted is not None:
                 return adopted
+        self.artifact_file(name, item, filename)  # never another item's accepted artifact
         self.intent(name, "local_write", item=item, kind="generate", step=step)
         out = self._produce(skey, name, item, produce, self.dir / fname)
         self._accept(name, item, out, validate, provenance)
         return out
+
+    def artifact_file(self, name: str, item: str | None, filename: str | None = None) -> str:
+        """The file name in the attempt folder of generate step ``name`` (``item``):
+        ``filename``, else :func:`artifact_name`. A name that is already the accepted
+        artifact of another step or item of this outcome is refused (:class:`InvalidInput`),
+        so producing this one never overwrites that one."""
+        fname = check_name("output", filename) if filename else artifact_name(name, item)
+        skey = self._step_key(name, item)
+        for other in self.ledger.steps(self.key):
+            if other.step_key != skey and other.state == _S.DONE and other.artifact \
+                    and Path(other.artifact).name == fname:
+                raise InvalidInput(
+                    f"output {fname} is already the accepted artifact of "
+                    f"{_whose(other.name, other.item)} of {self.key}; give {_whose(name, item)} "
+                    "another --output, or none (each item then gets a file of its own)",
+                    key=self.key, step=name)
+        return fname
 
     def _produce(self, skey: str, name: str, item: str | None, produce: Callable[[Path], object],
                  out: Path) -> Path:

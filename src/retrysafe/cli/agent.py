@@ -39,9 +39,8 @@ from ..errors import (
     EXIT_FAILED,
     InvalidInput,
     StaleAttempt,
-    command_line,
 )
-from ..keys import parse_assignments, step_key
+from ..keys import parse_assignments, step_key, step_ref
 from ..ledger import Holder
 from ..process import host_id
 from ..states import Action, ClaimStatus
@@ -276,7 +275,7 @@ def intent(
     engine.existing_ledger()
     run = engine.resume(key, attempt_id)
     skey = run.intend(step_name, effect_class, item=item, absent=absent)
-    record = command_line("record", key, step_name, options="--evidence ID")
+    record = run.record_command(step_name, item)
     if as_json:
         emit_json(_step_json(key, step_name, item, skey, "running", next=record))
     else:
@@ -318,7 +317,7 @@ def record(key: str, step_name: str, evidence: str, item: str | None, attempt_id
     try:
         run = engine.resume(key, attempt_id)
     except StaleAttempt as exc:
-        raise StaleAttempt.unrecorded(exc, key, step_name, evidence) from None
+        raise StaleAttempt.unrecorded(exc, key, step_ref(key, step_name, item), evidence) from None
     recorded = run.record_evidence(step_name, evidence, item=item)
     if as_json:
         emit_json(_step_json(key, step_name, item, skey, "done", evidence=evidence,

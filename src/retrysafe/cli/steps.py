@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import click
 
 from .. import envvars, tracing
-from ..attempt import Run
+from ..attempt import Run, artifact_name
 from ..connectors import build_connector
 from ..connectors.base import ABSENT, Ambiguous, EffectFailed, Found, LookupResult
 from ..donestep import done_step_evidence
@@ -434,7 +434,8 @@ def step(name: str, effect_class: str | None, item: str | None, check: str | Non
 @click.command(context_settings=_CMD_SETTINGS)
 @click.argument("name")
 @click.option("--output", metavar="FILE",
-              help="File name of the artifact in the attempt folder (default NAME).")
+              help="File name of the artifact in the attempt folder (default NAME; with "
+              "--item, NAME+ITEM).")
 @click.option("--validate", metavar="SHELL", help="Command that must exit 0 for the artifact to be accepted.")
 @click.option("--item", metavar="ID", help="Per-item work: the step key gets /ID.")
 @click.option("--timeout", type=_SECONDS, metavar="SECONDS",
@@ -468,6 +469,7 @@ def generate(name: str, output: str | None, validate: str | None, item: str | No
     skey = step_key(run.key, name, item)
     accepted = run.ledger.step(skey)
     if accepted is None or accepted.state != StepState.DONE:
+        run.artifact_file(name, item, output)  # another item's artifact is refused, exit 2
         check_command(cmd[0], os.environ)  # a command that cannot start records nothing
     env = {**os.environ, **run.env()}
     produce_limit = timeout if timeout is not None else run.job.step_timeout
@@ -501,7 +503,8 @@ def generate(name: str, output: str | None, validate: str | None, item: str | No
     if accepted is None or accepted.state != StepState.DONE:
         from ..provenance import declared_inputs  # the declared inputs, before CMD runs
 
-        provenance = declared_inputs(prompt, model, model_version, os.environ, run.dir, name)
+        provenance = declared_inputs(prompt, model, model_version, os.environ, run.dir,
+                                     artifact_name(name, item))  # NAME[+ITEM].prompt
     path = run.generate(name, produce, filename=output, item=item,
                         validate=check_valid if validate else None, provenance=provenance)
     if as_json:
