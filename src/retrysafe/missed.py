@@ -20,7 +20,12 @@ if TYPE_CHECKING:
     from .engine import Engine
     from .schedule import Schedule
 
-__all__ = ["MissedSlot", "Occurrence", "missed_occurrences", "occurrence_param", "recent_missing"]
+__all__ = ["GRACE", "MissedSlot", "Occurrence", "missed_occurrences", "occurrence_param",
+           "recent_missing"]
+
+#: how long after its time an occurrence that never ran is only ``due``, not missed: a
+#: scheduler fires a little late, and its run may be starting
+GRACE = timedelta(minutes=15)
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,7 @@ class Occurrence:
     occurrence: str
     key: str
     state: str
-    """the outcome's state, or ``missing``: it never ran"""
+    """the outcome's state, or ``missing``: it never ran (``due``: not yet, it is recent)"""
     reason: str
 
 
@@ -53,9 +58,11 @@ def occurrence_param(engine: Engine, job_name: str) -> tuple[str, Schedule]:
 
 
 def missed_occurrences(engine: Engine, job_name: str, start: datetime, end: datetime,
-                       given: Mapping[str, str], *, show_all: bool = False) -> list[Occurrence]:
+                       given: Mapping[str, str], *, show_all: bool = False,
+                       due_after: datetime | None = None) -> list[Occurrence]:
     """The job's occurrences between ``start`` and ``end`` that are not done (with
-    ``show_all``, every one), oldest first."""
+    ``show_all``, every one), oldest first. One after ``due_after`` that never ran is
+    ``due``, not ``missing`` (its run may be starting), and listed with ``show_all`` only."""
     name, schedule = occurrence_param(engine, job_name)
     _check_given(engine, job_name, name, given)
     ledger = engine.ledger
@@ -65,7 +72,9 @@ def missed_occurrences(engine: Engine, job_name: str, start: datetime, end: date
         _, key, _ = engine.outcome_key(job_name, {**given, name: text})
         out = ledger.outcome(key)
         status = out.state if out else "missing"
-        if show_all or status != "done":
+        if out is None and due_after is not None and occ > due_after:
+            status = "due"
+        if show_all or status not in ("done", "due"):
             rows.append(Occurrence(text, key, str(status), out.reason if out else ""))
     return rows
 
@@ -91,7 +100,7 @@ def _check_given(engine: Engine, job_name: str, name: str, given: Mapping[str, s
     engine.config.job(job_name).resolve_params(given)  # the occurrence left out: the latest
 
 
-def recent_missing(engine: Engine, *, days: float = 7, grace: timedelta = timedelta(minutes=15),
+def recent_missing(engine: Engine, *, days: float = 7, grace: timedelta = GRACE,
                    now: datetime | None = None) -> list[MissedSlot]:
     """Every slot of the last ``days`` that never ran, of the scheduled jobs whose
     only parameter is their occurrence (the last ``grace`` left out: a run may be

@@ -15,17 +15,19 @@ import click
 from ..ages import parse_age
 from ..errors import EXIT_BLOCKED, EXIT_BUSY, EXIT_DONE, EXIT_FAILED, InvalidInput, command_line
 from ..keys import parse_assignments
+from ..missed import GRACE
 from ..schedule import Schedule
 from ._common import emit_json, json_option, params_option, state, table
 
 __all__ = ["missed"]
 
-#: states of an occurrence that is not missed: done, or still in progress
-_NOT_MISSED = frozenset({"done", "running", "generated", "delivered"})
+#: states of an occurrence that is not missed: done, still in progress, or due moments ago
+_NOT_MISSED = frozenset({"done", "running", "generated", "delivered", "due"})
 #: states --run finishes: never ran, or ended without the work done and no human needed
 _RUNNABLE = frozenset({"missing", "planned", "failed", "unknown", "settled"})
 _RELATIVE = re.compile(r"^[0-9]+[smhdw]$")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_GRACE_TEXT = f"{int(GRACE.total_seconds()) // 60}m"
 
 
 def _instant(text: str, schedule: Schedule, what: str) -> datetime:
@@ -58,7 +60,10 @@ def _instant(text: str, schedule: Schedule, what: str) -> datetime:
               help="First day to look at (job's zone), or an age back from now (30d).")
 @click.option("--until", metavar="DATE", help="Last instant to look at (default: now).")
 @params_option("The job's other parameters, if it has any besides the occurrence.")
-@click.option("--all", "show_all", is_flag=True, help="List done occurrences too.")
+@click.option("--grace", metavar="AGE",
+              help="An occurrence due less than AGE ago that never ran is due, not missed: its "
+                   f"run may be starting (default {_GRACE_TEXT}; 0: none).")
+@click.option("--all", "show_all", is_flag=True, help="List done and due occurrences too.")
 @click.option("--fail-if-missing", is_flag=True,
               help="Exit 1 when an occurrence is missed (for monitoring); default: exit 0.")
 @click.option("--run", "run_them", is_flag=True,
@@ -66,13 +71,15 @@ def _instant(text: str, schedule: Schedule, what: str) -> datetime:
 @json_option
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def missed(
-    job_name: str, since: str, until: str | None, params: tuple[str, ...], show_all: bool,
-    fail_if_missing: bool, run_them: bool, as_json: bool, cmd: tuple[str, ...]
+    job_name: str, since: str, until: str | None, grace: str | None, params: tuple[str, ...],
+    show_all: bool, fail_if_missing: bool, run_them: bool, as_json: bool, cmd: tuple[str, ...]
 ) -> None:
     """List the scheduled occurrences of JOB since DATE that are not done.
 
     Each line gives the occurrence, its outcome key and what the ledger knows
-    (missing: never ran). Backfill one with the line printed at the end.
+    (missing: never ran). One that never ran but is due within the --grace
+    is left out (--all lists it as due): the scheduler's run may be starting.
+    Backfill one with the line printed at the end.
     With --fail-if-missing, exit 1 when an occurrence never ran or did not
     get done (one still in progress does not count).
 
@@ -97,6 +104,9 @@ def missed(
         raise click.UsageError("--run and --json cannot be combined")
     from ..missed import missed_occurrences, occurrence_param
 
+    grace_age = GRACE
+    if grace is not None:
+        grace_age = timedelta(seconds=0 if grace.strip() == "0" else parse_age(grace, "--grace"))
     engine = state().engine
     job = engine.config.job(job_name)
     name, schedule = occurrence_param(engine, job_name)
@@ -117,9 +127,11 @@ def missed(
         elif len(until) == 10:  # the whole last day, up to now
             end = min(end + timedelta(days=1) - timedelta(microseconds=1), now)
     given = parse_assignments(params)
+    found = missed_occurrences(engine, job_name, start, end, given, show_all=True,
+                               due_after=now - grace_age)
     rows: list[dict[str, Any]] = [
         {"occurrence": r.occurrence, "key": r.key, "state": r.state, "reason": r.reason}
-        for r in missed_occurrences(engine, job_name, start, end, given, show_all=show_all)]
+        for r in found if show_all or r.state not in ("done", "due")]
     if job.notify is not None:  # each missed occurrence is notified once; never raises
         from ..notify import notify_missed
 
@@ -130,12 +142,18 @@ def missed(
         sys.exit(code)
     if run_them:
         sys.exit(_run_missed(engine.home, job_name, given, name, rows, cmd))
+    if not found:
+        click.echo(f"no occurrence of {job_name} between {schedule.format(start)} and "
+                   f"{schedule.format(end)} ({schedule.zone.key})")
+        return
     if not rows:
         upto = f" until {until}" if until else ""
-        click.echo(f"nothing missed: every occurrence of {job_name} since {since}{upto} is done")
+        due = (f" or due less than {(grace or _GRACE_TEXT).strip()} ago (--all lists those)"
+               if any(r.state == "due" for r in found) else "")
+        click.echo(f"nothing missed: every occurrence of {job_name} since {since}{upto} is done{due}")
         return
     table(["occurrence", "key", "state"], [(r["occurrence"], r["key"], r["state"]) for r in rows])
-    first = next((r for r in rows if r["state"] != "done"), None)
+    first = next((r for r in rows if r["state"] not in ("done", "due")), None)
     if first:
         from shlex import quote
 
