@@ -200,7 +200,8 @@ def run_command(
 )
 @click.argument("job_name", metavar="JOB")
 @params_option("A job parameter the command passes (repeat for each; not the occurrence).")
-@click.option("--name", metavar="NAME", help="OpenClaw automation name (default: JOB).")
+@click.option("--name", metavar="NAME",
+              help="OpenClaw automation name (default: JOB and the -p values, 'JOB region=eu').")
 @click.option(
     "--cwd",
     "cwd",
@@ -232,7 +233,8 @@ def cron_command(
     puts this retrysafe first on the script's PATH. The schedule and time zone
     come from the job's declaration, so OpenClaw fires exactly at the
     occurrences retrysafe derives keys from. The job's other parameters are
-    given with -p, checked now, and passed on every run.
+    given with -p, checked now, and passed on every run; the automation is
+    named after JOB and them ('region-report region=eu') unless --name is given.
 
     \b
     Example:
@@ -277,7 +279,8 @@ def cron_command(
         "cron",
         "add",
         "--name",
-        name or job_name,
+        # one automation per parameter value: each gets a name of its own
+        name or " ".join([job_name, *(f"{n}={v}" for n, v in given.items())]),
         "--cron",
         job.schedule,
         # retrysafe reads a schedule without tz as UTC; OpenClaw as the host's zone.
@@ -472,6 +475,9 @@ def runs(job_name: str, openclaw_bin: str | None, limit: int, as_json: bool) -> 
     -p parameters). TIME is when OpenClaw started the run (UTC), OPENCLAW its
     status there, STATE the outcome's state in the ledger now, ANSWER what
     retrysafe told that run ('done', 'already done', 'busy', 'blocked'...).
+    An automation whose command lacks a parameter JOB needs (or passes one it
+    does not declare) is not joined: a warning on stderr names it and why, the
+    others are shown, and the exit is 0 (--json: an entry with 'not_joined').
 
     \b
     Example:
@@ -481,14 +487,17 @@ def runs(job_name: str, openclaw_bin: str | None, limit: int, as_json: bool) -> 
     from ..openclaw.runs import (
         JoinedRun,
         answer_of,
+        by_plugin,
         cron_jobs_for,
         finished,
+        join_problem,
+        not_joined,
         params_of,
         run_time,
     )
 
     engine = state().engine
-    engine.config.job(job_name)  # an unknown job is refused before OpenClaw is asked
+    job = engine.config.job(job_name)  # an unknown job is refused before OpenClaw is asked
     found = _openclaw_exe(openclaw_bin)
     if found is None:
         raise InvalidInput("'openclaw' is not on PATH; pass --openclaw PATH")
@@ -496,25 +505,37 @@ def runs(job_name: str, openclaw_bin: str | None, limit: int, as_json: bool) -> 
     entry = ((doc or {}).get("plugins") or {}).get("entries", {}).get("retrysafe") or {}
     mapped = (entry.get("config") or {}).get("jobs") or {} if isinstance(entry, dict) else {}
     listed = _openclaw_json([found, "cron", "list", "--all", "--json"])
+    plugin_jobs = mapped if isinstance(mapped, dict) else {}
     joined: list[JoinedRun] = []
+    skipped: list[tuple[str, str, str]] = []  # (name, id, why) of automations not joined
     ledger = engine.existing_ledger  # only reads: a home with no ledger yet is refused, not created
-    for cron in cron_jobs_for(listed, job_name, mapped if isinstance(mapped, dict) else {}):
+    for cron in cron_jobs_for(listed, job_name, plugin_jobs):
         params = params_of(cron)
-        history = _openclaw_json([found, "cron", "runs", "--id", str(cron["id"]), "--json",
+        name, cron_id = str(cron.get("name") or cron["id"]), str(cron["id"])
+        via = "its agent runs" if by_plugin(cron, job_name, plugin_jobs) else "its command"
+        why = join_problem(job, params, via)
+        if why is not None:  # its runs have no key to join: say so, show the others
+            skipped.append((name, cron_id, why))
+            continue
+        history = _openclaw_json([found, "cron", "runs", "--id", cron_id, "--json",
                                   "--limit", str(limit)])
         for run in finished(history):
             at = run_time(run)
             _spec, key, _canonical = engine.outcome_key(job_name, params, at)
             known = ledger().outcome(key)
-            joined.append(JoinedRun(at, str(cron.get("name") or cron["id"]), str(run.get("status")),
+            joined.append(JoinedRun(at, name, cron_id, str(run.get("status")),
                                     key, known.state if known else "missing",
                                     answer_of(str(run.get("summary") or ""))))
     joined.sort(key=lambda r: r.at)
+    for name, cron_id, why in skipped:
+        click.echo(f"retrysafe: warning: automation {name!r} (id {cron_id}): runs not shown: {why}",
+                   err=True)
     if as_json:
-        emit_json([r.to_json() for r in joined])
+        emit_json([r.to_json() for r in joined] + [not_joined(*s) for s in skipped])
         return
     if not joined:
-        click.echo(f"no OpenClaw run of {job_name} yet")
+        if not skipped:
+            click.echo(f"no OpenClaw run of {job_name} yet")
         return
     rows = [("TIME", "OPENCLAW", "KEY", "STATE", "ANSWER", "AUTOMATION")] + [
         (r.at.strftime("%Y-%m-%d %H:%M:%SZ"), r.status, r.key, r.state, r.answer, r.cron_job)

@@ -6,7 +6,9 @@ the summary); retrysafe keeps one outcome per occurrence. A run is joined to
 its outcome by the key it derived: the occurrence at or before the run's start
 (``runAtMs``) with the parameters the automation's command passes, the same
 rule ``retrysafe run`` follows. What we answered that run is read from the
-summary's own line (``done: ...``, ``busy: ...``, ``blocked: ...``).
+summary's own line (``done: ...``, ``busy: ...``, ``blocked: ...``). An
+automation whose parameters do not fit the job (a line made without ``-p``) is
+not joined: :func:`join_problem` says why.
 """
 
 from __future__ import annotations
@@ -16,9 +18,15 @@ import shlex
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["JoinedRun", "answer_of", "cron_jobs_for", "params_of"]
+from ..errors import InvalidInput
+from ..keys import SCHEDULE_TYPES
+
+if TYPE_CHECKING:
+    from ..config import Job
+
+__all__ = ["JoinedRun", "answer_of", "cron_jobs_for", "join_problem", "not_joined", "params_of"]
 
 _YEAR_10000_MS = 253_402_300_800_000  # a run time past it is not a time datetime can hold
 _ANSWER = re.compile(r"^(done|busy|blocked|unknown|failed|stale|skipped|missed --run): ", re.M)
@@ -30,15 +38,23 @@ class JoinedRun:
 
     at: datetime
     cron_job: str
+    cron_job_id: str
     status: str
     key: str
     state: str
     answer: str
 
-    def to_json(self) -> dict[str, str | float]:
+    def to_json(self) -> dict[str, str | float | None]:
         # "at" as a number: emit_json writes it as every command's times (timefmt.iso_times)
-        return {"at": self.at.timestamp(), "cron_job": self.cron_job, "openclaw_status": self.status,
-                "key": self.key, "state": self.state, "answer": self.answer}
+        return {"at": self.at.timestamp(), "cron_job": self.cron_job, "cron_job_id": self.cron_job_id,
+                "openclaw_status": self.status, "key": self.key, "state": self.state,
+                "answer": self.answer, "not_joined": None}
+
+
+def not_joined(cron_job: str, cron_job_id: str, why: str) -> dict[str, str | None]:
+    """The ``--json`` entry of an automation whose runs could not be joined, and why."""
+    return {"at": None, "cron_job": cron_job, "cron_job_id": cron_job_id, "openclaw_status": None,
+            "key": None, "state": None, "answer": None, "not_joined": why}
 
 
 def _words(job: Mapping[str, Any]) -> list[str]:
@@ -76,6 +92,30 @@ def params_of(job: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def join_problem(job: Job, params: Mapping[str, str], via: str = "its command") -> str | None:
+    """Why runs passing ``params`` (``via`` what) cannot be joined to ``job``'s outcomes:
+    a parameter it does not declare, one it needs (not the occurrence) that is not passed,
+    or a value not valid for its type; ``None`` when they can."""
+    unknown = sorted(set(params) - set(job.params))
+    if unknown:
+        return (f"{via} passes -p {unknown[0]}=..., which job {job.name!r} does not declare "
+                f"(declared: {', '.join(job.params) or 'none'})")
+    missing = [n for n, t in job.params.items() if t not in SCHEDULE_TYPES and n not in params]
+    if missing:
+        return f"{via} passes no -p {missing[0]}=VALUE, which job {job.name!r} needs"
+    try:
+        job.resolve_params(params)
+    except InvalidInput as exc:
+        return f"{via} passes a parameter job {job.name!r} refuses: {exc}"
+    return None
+
+
+def by_plugin(entry: Mapping[str, Any], job: str, plugin_jobs: Mapping[str, Any]) -> bool:
+    """Whether the plugin maps automation ``entry`` (an agent job) to retrysafe job ``job``."""
+    mapped = plugin_jobs.get(str(entry.get("id")))
+    return (mapped.get("job") if isinstance(mapped, dict) else mapped) == job
+
+
 def cron_jobs_for(listed: Any, job: str, plugin_jobs: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """The automations in ``openclaw cron list --json`` that run retrysafe job ``job``:
     command jobs calling ``retrysafe [openclaw] run JOB`` (or ``missed JOB``), and
@@ -84,8 +124,7 @@ def cron_jobs_for(listed: Any, job: str, plugin_jobs: Mapping[str, Any]) -> Iter
     for entry in jobs if isinstance(jobs, list) else []:
         if not isinstance(entry, dict) or entry.get("id") is None:
             continue  # without an id its runs cannot be asked for
-        mapped = plugin_jobs.get(str(entry.get("id")))
-        if (mapped.get("job") if isinstance(mapped, dict) else mapped) == job:
+        if by_plugin(entry, job, plugin_jobs):
             yield entry
             continue
         words = _words(entry)
