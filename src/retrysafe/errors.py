@@ -185,8 +185,8 @@ class Busy(RetrysafeError):
         if number is not None and host is not None:
             who += f" (pid {pid} on {host}, lease until {when(lease_expires)})"
         if running:
-            return cls(f"{key} is held by {who}, {running}; try later, or if it is stuck, "
-                       f"'{command_line('break-lease', key)}'", key=key, state=state)
+            return cls(f"{key} is held by {who}, {running}; try later, or if it is stuck: "
+                       f"{command_line('break-lease', key)}", key=key, state=state)
         return cls(f"{key} is held by {who}; try later", key=key, state=state)
 
 
@@ -197,9 +197,12 @@ class StaleAttempt(RetrysafeError):
 
     @classmethod
     def unrecorded(cls, exc: StaleAttempt, key: str, step: str, evidence: str) -> StaleAttempt:
-        """``exc``, for evidence an agent could not record: what to run instead."""
-        return cls(f"{exc.message}; evidence {evidence} was NOT recorded: if {key}/{step} is "
-                   f"still unknown, run '{unblock_command(BlockCause.AGENT, key, step, evidence=evidence)}'",
+        """``exc``, for evidence an agent could not record: what to run instead. ``step``
+        names the step as a command does: its name, or its full step key for per-item
+        work (which holds the key already)."""
+        named = f"step {step}" if "/" in step else f"step {step} of {key}"
+        return cls(f"{exc.message}; evidence {evidence} was NOT recorded: if {named} is still "
+                   f"unknown, run: {unblock_command(BlockCause.AGENT, key, step, evidence=evidence)}",
                    key=key, step=step)
 
 

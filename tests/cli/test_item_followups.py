@@ -123,7 +123,7 @@ def test_the_resolve_line_of_a_superseded_record_names_that_item(agent_home: Hom
     stale = h.run("record", KEY, "send", "--evidence", "msg 7", *a)
     assert stale.returncode == 75
     error = one_error_line(stale.stderr)
-    resolve = error.split("still unknown, run '", 1)[1][:-1]
+    resolve = error.split("still unknown, run: ", 1)[1]
     before = item_steps(h)["row-2"]
 
     pasted = paste(h, resolve)

@@ -32,7 +32,8 @@ class _Seconds(click.FloatRange):
 @click.option("--points", type=click.Choice(POINT_SETS), default="all", show_default=True,
               help="all: every step at every crash point; seed: the named scenarios.")
 @click.option("--only", multiple=True, metavar="STEP:POINT",
-              help="Only trials matching this pattern (e.g. 'publish:*'); repeatable.")
+              help="Only trials matching this pattern (e.g. 'publish:*'); repeatable. "
+                   "A pattern that matches no trial is refused.")
 @click.option("--max-reruns", default=5, show_default=True, metavar="N",
               help="Re-runs after the fault before a trial gives up.")
 @click.option("--timeout", type=_Seconds(min=0, min_open=True, max=1e9), default=600.0,
@@ -55,7 +56,8 @@ def drill(job_name: str, params: tuple[str, ...], points: str, only: tuple[str, 
     steps ran once, 'retrysafe verify' passes, nothing is left running.
     Exit 0: every trial passed; 1: a trial failed; 2: bad input (the job's
     effects or lookups ignore RETRYSAFE_STEP_KEY, no lookup to count with,
-    a clean run stopped at --timeout, an --id whose trials exist).
+    a clean run stopped at --timeout, an --id whose trials exist, an --only
+    pattern that matches no trial).
 
     \b
     Drills perform REAL effects: point the job at test targets.

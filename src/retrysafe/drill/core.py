@@ -31,6 +31,8 @@ from .plan import (
     TrialPlan,
     all_trials,
     learn_steps,
+    may_match,
+    point_names,
     seed_trials,
 )
 from .trial import (
@@ -126,6 +128,12 @@ class Drill:
         self.max_reruns = max_reruns
         self.timeout = timeout
         self.only = list(only)
+        for pattern in self.only:
+            if not may_match(pattern, points):
+                # refused before any run: the drill would pass having tested nothing
+                raise InvalidInput(
+                    f"--only {pattern!r} matches no trial: a trial is STEP:POINT, POINT one of "
+                    f"{point_names(points)}")
         self.drill_id = check_name("drill id", drill_id or self._fresh_id())
         self.progress = progress or (lambda _line: None)
         used = f"{self.base_key}~{self.drill_id}-0"
@@ -151,7 +159,9 @@ class Drill:
         return env
 
     def run(self) -> DrillReport:
-        """Run every trial; Ctrl-C stops after cleaning up the current one."""
+        """Run every trial; Ctrl-C stops after cleaning up the current one. An ``only``
+        pattern that matches no trial of the steps the clean run learned raises
+        :class:`InvalidInput` before any other trial runs."""
         report = DrillReport(self.drill_id, self.job, self.params, self.base_key, self.points)
         env = self._env()
         ctx = TrialContext(self.engine, self.job, self.params, self.cmd, env, self.base_key,
@@ -184,8 +194,11 @@ class Drill:
                                            if closed else ""))
         return report
 
+    def _every(self, steps: list[StepInfo]) -> list[TrialPlan]:
+        return all_trials(steps) if self.points == "all" else seed_trials(steps)
+
     def _plans(self, steps: list[StepInfo]) -> list[TrialPlan]:
-        plans = all_trials(steps) if self.points == "all" else seed_trials(steps)
+        plans = self._every(steps)
         if self.only:
             plans = [p for p in plans
                      if any(fnmatch.fnmatchcase(p.label, pat) for pat in self.only)]
@@ -219,6 +232,15 @@ class Drill:
         self.progress(f"[1/?] {CLEAN.label}: {first.verdict}")
         if not first.ok:
             return False
+        every = [p.label for p in self._every(ctx.steps)]
+        unmatched = [pat for pat in self.only
+                     if not any(fnmatch.fnmatchcase(label, pat) for label in every)]
+        if unmatched:
+            # known once the steps are: refused before any trial, not skipped untested
+            raise InvalidInput(
+                f"--only {' '.join(repr(p) for p in unmatched)} matches no trial of "
+                f"{self.job}, so none was run after the clean run; the trials are: "
+                f"{', '.join(every)}")
         second = run_trial(ctx, 1, CLEAN_AGAIN)
         report.trials.append(second)
         self.progress(f"[2/?] {CLEAN_AGAIN.label}: {second.verdict}")

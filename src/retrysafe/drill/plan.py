@@ -9,6 +9,7 @@ failure fixed before the re-run, and a network cut after the effect landed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from .. import envvars
@@ -16,9 +17,10 @@ from ..crash import RUN_POINTS, STEP_POINTS
 from ..ledger import Event, StepRecord
 
 __all__ = ["CLEAN", "CLEAN_AGAIN", "POINT_SETS", "StepInfo", "TrialPlan", "all_trials",
-           "learn_steps", "seed_trials"]
+           "learn_steps", "may_match", "seed_trials"]
 
 POINT_SETS = ("all", "seed")
+SEED_POINTS = ("before-intent", "after-record", "failed", "cut")
 
 
 @dataclass(frozen=True)
@@ -123,3 +125,27 @@ def seed_trials(steps: list[StepInfo]) -> list[TrialPlan]:
             name, "cut", f"network cut after {name} landed: the answer is lost",
             fault="cut", env={envvars.DRILL_CUT: name}))
     return trials
+
+
+def may_match(pattern: str, points: str) -> bool:
+    """Whether ``pattern`` (an ``--only`` pattern) can match a trial of ``points``, told
+    before the steps are known: a label is ``STEP:POINT`` (a name holds no ``:``), so a
+    pattern with one ``:`` matches only through its POINT part, and one with no ``:`` and
+    no wildcard matches nothing. ``True`` when only the steps can tell."""
+    if "[" in pattern:
+        return True
+    if ":" not in pattern:
+        return "*" in pattern or "?" in pattern
+    if pattern.count(":") > 1:
+        return False
+    step, point = pattern.split(":")
+    step_points, run_points = (STEP_POINTS, RUN_POINTS) if points == "all" else (SEED_POINTS, ())
+    return (any(fnmatchcase(p, point) for p in step_points)
+            or (fnmatchcase("run", step) and any(fnmatchcase(p, point) for p in run_points)))
+
+
+def point_names(points: str) -> str:
+    """The POINTs of ``points``' trials, for a message."""
+    if points == "all":
+        return f"{', '.join(STEP_POINTS)} (run:{', run:'.join(RUN_POINTS)})"
+    return ", ".join(SEED_POINTS)

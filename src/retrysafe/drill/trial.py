@@ -138,6 +138,11 @@ def run_trial(ctx: TrialContext, number: int, plan: TrialPlan) -> TrialResult:
                                       timeout=ctx.timeout))
     result.state, result.reason = _state(ctx, key)
     check_outcome(ctx, key, result, plan)
+    stopped = [str(n) for n, run in enumerate(result.runs, start=1) if run.timed_out]
+    if stopped:  # said first: the failures that follow are what a stopped run leaves
+        said = (f"run{'s' if len(stopped) > 1 else ''} {', '.join(stopped)} of "
+                f"{len(result.runs)} timed out after {ctx.timeout:g} s")
+        (result.failures if result.failures else result.notes).insert(0, said)
     return result
 
 

@@ -367,9 +367,10 @@ class LedgerCore:
 
     def _exhaust(self, tx: Tx, out: OutcomeRecord, used: int, max_attempts: int) -> OutcomeRecord:
         """Block the outcome: its attempt budget is spent; a human grants more."""
-        reason = (f"attempts exhausted ({used} of {max_attempts}); check what failed with "
-                  f"'{command_line('status', out.key)}', then "
-                  f"'{unblock_command(BlockCause.EXHAUSTED, out.key)}'")
+        # each command as it pastes (quoted once, by command_line), ended by ';' or the line
+        reason = (f"attempts exhausted ({used} of {max_attempts}); see what failed: "
+                  f"{command_line('status', out.key)}; then grant a fresh attempt budget: "
+                  f"{unblock_command(BlockCause.EXHAUSTED, out.key)}")
         self._set_outcome(tx, out, _O.BLOCKED, reason, cause=BlockCause.EXHAUSTED)
         got = self._lock_outcome(tx, out.key)
         assert got is not None

@@ -103,7 +103,7 @@ class Ledger(LedgerCore):
                 if alive or (alive is None and holder.lease_expires > tx.now):
                     raise Busy(f"step {step.name} of {key} is running in a live attempt"
                                f" ({why or 'its lease is current'}); wait for it, or stop it and "
-                               f"'{command_line('break-lease', key)}'",
+                               f"run: {command_line('break-lease', key)}",
                                key=key, step=step.name, state=step.state)
                 self._supersede(tx, out, holder, f"its step {step.name} was resolved by {actor}",
                                 actor=actor)
