@@ -74,8 +74,14 @@ def parse_window(value: object, what: str = "catch-up window") -> Window:
         raise InvalidInput(f"{what} {text!r} cannot be negative: give an age like 7d or a "
                            "number of occurrences (1 or more)")
     if _COUNT.match(text):
+        from .schedule import MAX_OCCURRENCES
+
         if int(text) < 1:
             raise InvalidInput(f"{what} {text!r} must be 1 or more occurrences")
+        if int(text) > MAX_OCCURRENCES:
+            # more than one run ever looks at (schedule.between): refused now, not after
+            # counting back that many occurrences one by one
+            raise InvalidInput(f"{what} {text!r} is more than {MAX_OCCURRENCES} occurrences")
         return Window(text, count=int(text))
     try:
         seconds = parse_age(text, what)
@@ -139,15 +145,20 @@ def plan(engine: Engine, job_name: str, given: Mapping[str, str], window: Window
     canonical = spec.resolve_params(given, now or datetime.now(UTC))
     current_text = canonical[name]
     current = schedule.parse_value(current_text)
-    if window.count is not None:
-        start = current
-        for _ in range(window.count):
-            start = schedule.latest_at_or_before(start - timedelta(microseconds=1))
-    else:
-        assert window.age is not None
-        # aware arithmetic in one zone is wall-clock arithmetic: 7d before Monday 07:00
-        # is the previous Monday 07:00 across a daylight-saving change too
-        start = current.astimezone(schedule.zone) - timedelta(seconds=window.age)
+    try:
+        if window.count is not None:
+            start = current
+            for _ in range(window.count):
+                start = schedule.latest_at_or_before(start - timedelta(microseconds=1))
+        else:
+            assert window.age is not None
+            # aware arithmetic in one zone is wall-clock arithmetic: 7d before Monday 07:00
+            # is the previous Monday 07:00 across a daylight-saving change too
+            start = current.astimezone(schedule.zone) - timedelta(seconds=window.age)
+        start.astimezone(UTC)  # the range is looked at in UTC: that may overflow too
+    except OverflowError:
+        raise InvalidInput(f"catch-up window {window.text!r} reaches back before the year 1 "
+                           f"from {current_text}; give a shorter one") from None
     others = {k: v for k, v in given.items() if k != name}
     end = current.astimezone(UTC) - timedelta(microseconds=1)
     rows = missed_occurrences(engine, job_name, start.astimezone(UTC), end, others)

@@ -11,6 +11,7 @@ so its claim, lease, close-out, exit code and ``resume`` are run's.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -26,9 +27,20 @@ from typing import Any
 
 import click
 
+from ..config import Job
 from ..engine import Engine
-from ..errors import EXIT_BLOCKED, EXIT_BUSY, EXIT_DONE, EXIT_FAILED, EXIT_USAGE, InvalidInput, RetrysafeError
+from ..errors import (
+    EXIT_BLOCKED,
+    EXIT_BUSY,
+    EXIT_DONE,
+    EXIT_FAILED,
+    EXIT_USAGE,
+    InvalidInput,
+    InvalidParameter,
+    RetrysafeError,
+)
 from ..keys import parse_assignments
+from ..ledger import OutcomeRecord
 from ._common import emit_json, json_option, reading_engine, state, table
 from .run import run_context, run_job
 
@@ -74,6 +86,15 @@ class Batch:
         return out
 
 
+def _text_item(where: str, value: str) -> Item:
+    """An id read as text; one holding bytes that are not UTF-8 (a lone surrogate) is refused."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return Item(where, None, "the id is not UTF-8 text")
+    return Item(where, value)
+
+
 def _json_item(where: str, value: Any, param: str) -> Item:
     if isinstance(value, dict):
         for name in (param, "id"):
@@ -84,7 +105,7 @@ def _json_item(where: str, value: Any, param: str) -> Item:
             return Item(where, None, f"a JSON object needs a {param!r} or 'id' field")
     if isinstance(value, bool) or not isinstance(value, str | int):
         return Item(where, None, f"an item id is a string or an integer, not {json.dumps(value)[:40]}")
-    return Item(where, str(value))
+    return _text_item(where, str(value))
 
 
 def read_items(text: str, param: str) -> list[Item]:
@@ -92,7 +113,10 @@ def read_items(text: str, param: str) -> list[Item]:
 
     A JSON element (or line) may be a string, an integer, or an object holding
     the id under ``param`` or ``id`` (a source record). Blank lines are skipped;
-    a line that starts like JSON but is not is refused, not guessed at."""
+    a line that starts like JSON but is not is refused, not guessed at, and so is
+    an id that is not UTF-8 text (bytes read with ``surrogateescape``, or a JSON
+    escape of a lone surrogate). A leading byte order mark is not part of an id."""
+    text = text.removeprefix("\ufeff")
     stripped = text.strip()
     if stripped.startswith("["):
         try:
@@ -114,8 +138,25 @@ def read_items(text: str, param: str) -> list[Item]:
             except json.JSONDecodeError:
                 items.append(Item(where, None, "starts like JSON but is not valid JSON"))
         else:
-            items.append(Item(where, word))
+            items.append(_text_item(where, word))
     return items
+
+
+def _check_fixed(job: Job, item_param: str, fixed: Mapping[str, str], now: datetime) -> None:
+    """The parameters given with ``-p``, checked once before any item is read: one the
+    job does not take, one missing, or a value its type refuses would refuse every item
+    alike (and pass unseen on a day without items)."""
+    unknown = sorted(set(fixed) - set(job.params))
+    if unknown:
+        raise InvalidParameter(f"job {job.name!r}: unknown parameter {unknown[0]!r} "
+                               f"(declared: {', '.join(job.params)})")
+    for name, value in fixed.items():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise InvalidParameter(f"parameter {name!r}: the value is not UTF-8 text") from None
+    others = {name: kind for name, kind in job.params.items() if name != item_param}
+    dataclasses.replace(job, params=others).resolve_params(fixed, now)
 
 
 def _command(cmd: Sequence[str], item: str) -> list[str]:
@@ -189,14 +230,23 @@ def _status_of(code: int) -> str:
     return {EXIT_DONE: "done", EXIT_BLOCKED: "blocked", EXIT_BUSY: "busy"}.get(code, "failed")
 
 
+def out_of_attempts(out: OutcomeRecord | None, max_attempts: int) -> bool:
+    """Whether the next run of ``out`` finds its attempts spent: it blocks it (exit 3,
+    ``retrysafe retry KEY``) instead of running CMD. What a dry run says it would do."""
+    return (out is not None and out.state not in ("done", "blocked")
+            and out.attempts - out.budget_base >= max_attempts)
+
+
 def _dry_run(engine: Engine, planned: list[tuple[Item, str, dict[str, str]]], batch: Batch,
-             as_json: bool) -> None:
+             max_attempts: int, as_json: bool) -> None:
     """What would run: each item's key and the state its outcome is in now."""
     with reading_engine(engine) as reader:  # no ledger yet: every item is new
         for item, key, _ in planned:
             out = reader.ledger.outcome(key)
             now = out.state if out is not None else "new"
             action = {"done": "skip", "blocked": "stop (blocked)"}.get(now, "run")
+            if out_of_attempts(out, max_attempts):
+                action = "stop (out of attempts)"
             batch.add({"item": item.value, "key": key, "state": now, "action": action,
                        "status": f"would {action.split()[0]}", "exit_code": EXIT_DONE})
     if not as_json:
@@ -247,12 +297,15 @@ def each(job_name: str, item_param: str, params: tuple[str, ...], source: str, d
         raise InvalidInput(f"parameter {item_param!r} comes from the items; do not also give it with -p")
     if cmd and not dry_run:
         _check_command(cmd[0])
-    try:
-        text = click.open_file(source, encoding="utf-8").read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"cannot read the items from {source}: {exc}") from None
     # one clock for the batch: an omitted occurrence is the same for every item
     now = datetime.now(UTC)
+    _check_fixed(job, item_param, fixed, now)
+    try:
+        with click.open_file(source, "rb") as stream:
+            # bytes that are not UTF-8 refuse their own id only (read_items), not the batch
+            text = stream.read().decode("utf-8", "surrogateescape")
+    except OSError as exc:
+        raise InvalidInput(f"cannot read the items from {source}: {exc}") from None
     batch = Batch()
     planned: list[tuple[Item, str, dict[str, str]]] = []
     seen: set[str] = set()
@@ -271,7 +324,7 @@ def each(job_name: str, item_param: str, params: tuple[str, ...], source: str, d
         batch.add({"item": item.value, "where": item.where, "status": "refused",
                    "reason": item.refusal, "exit_code": EXIT_USAGE})
     if dry_run:
-        _dry_run(engine, planned, batch, as_json)
+        _dry_run(engine, planned, batch, job.max_attempts, as_json)
     else:
         with _stop_between_items(batch) as check_signals:
             for _item, key, canonical in planned:

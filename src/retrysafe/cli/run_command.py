@@ -30,17 +30,25 @@ def _dry_run(engine: Engine, job_name: str, given: Mapping[str, str],
     """What the run would do, oldest first; nothing is run or recorded, and a home
     without a ledger yet is left without one."""
     from ..catchup import plan
+    from .each import out_of_attempts
 
+    spent = "stop (out of attempts)"  # the run blocks it, exit 3, for 'retrysafe retry KEY'
     with reading_engine(engine) as reader:
         caught = plan(reader, job_name, given, window) if window is not None else None
         params = caught.params if caught is not None else given
-        key = reader.outcome_key(job_name, params)[1]
+        job, key, _ = reader.outcome_key(job_name, params)
         out = reader.ledger.outcome(key)
+        earlier = []
+        for e in caught.earlier if caught is not None else ():
+            would = "catch up" if e.runnable else "skip (blocked)"
+            if e.runnable and out_of_attempts(reader.ledger.outcome(e.key), job.max_attempts):
+                would = spent
+            earlier.append({"occurrence": e.occurrence, "key": e.key, "state": e.state,
+                            "action": would})
     now = out.state if out is not None else "missing"
     action = {"done": "nothing (done)", "blocked": "stop (blocked)"}.get(str(now), "run")
-    earlier = [{"occurrence": e.occurrence, "key": e.key, "state": e.state,
-                "action": "catch up" if e.runnable else "skip (blocked)"}
-               for e in (caught.earlier if caught is not None else ())]
+    if out_of_attempts(out, job.max_attempts):
+        action = spent
     if as_json:
         emit_json({"dry_run": True, "job": job_name,
                    "window": window.text if window is not None else None,
