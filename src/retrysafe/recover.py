@@ -33,6 +33,7 @@ from .folders import JOURNAL
 from .fsio import sha256_file
 from .keys import step_key, unslug
 from .ledger import Ledger
+from .ledger.backend import Tx
 from .ledger.listing import note_unlogged
 from .ledger.records import dumps
 from .states import AttemptState, OutcomeState, StepState
@@ -87,12 +88,22 @@ class Recovered:
                 "skipped": len(self.skipped)}
 
 
+def _is_text(value: object) -> bool:
+    """Whether ``value`` (a name, or JSON read from a folder) holds only UTF-8 text: a
+    name of bytes that are not, or a lone surrogate in JSON, cannot go into a ledger."""
+    try:
+        (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_bytes())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    return data if isinstance(data, dict) and _is_text(data) else None
 
 
 def _log_lines(path: Path) -> Iterator[dict[str, Any]]:
@@ -106,7 +117,7 @@ def _log_lines(path: Path) -> Iterator[dict[str, Any]]:
             rec = json.loads(line)
         except ValueError:
             continue
-        if isinstance(rec, dict):
+        if isinstance(rec, dict) and _is_text(rec):
             yield rec
 
 
@@ -295,9 +306,15 @@ def read_home(home: Path) -> Recovered:
     if not runs.is_dir():
         return Recovered(outcomes, skipped)
     for job_dir in sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()):
+        if not _is_text(job_dir.name):
+            skipped.append(f"{job_dir}: its name is not UTF-8 text")
+            continue
         journals = _journals(job_dir)
         for folder in sorted(p for p in job_dir.iterdir()
                              if p.is_dir() and not p.is_symlink() and p.name != JOURNAL):
+            if not _is_text(folder.name):
+                skipped.append(f"{folder}: its name is not UTF-8 text")
+                continue
             got = _outcome(folder, skipped, journals)
             if got is not None:
                 outcomes.append(got)
@@ -306,10 +323,14 @@ def read_home(home: Path) -> Recovered:
     return Recovered(outcomes, skipped)
 
 
-def write(ledger: Ledger, recovered: Recovered) -> None:
-    """Insert what was recovered, in one transaction; the ledger must hold no outcome."""
+def write(ledger: Ledger, recovered: Recovered) -> bool:
+    """Insert what was recovered, in one transaction; the ledger must hold no outcome,
+    or be this very rebuild, untouched since (a recover stopped before the home took
+    the ledger as its own): then ``False``, nothing written."""
     with ledger.backend.transaction() as tx:
         if tx.one("SELECT 1 AS one FROM rs_outcomes LIMIT 1") is not None:
+            if _is_rebuild(tx, recovered):
+                return False
             raise InvalidInput("the ledger already records outcomes: recover rebuilds only an "
                                "empty ledger (export it first if it should be kept)")
         note_unlogged(tx, whole=True)  # a ledger of rows without history of their own
@@ -345,3 +366,16 @@ def write(ledger: Ledger, recovered: Recovered) -> None:
             tx.run("INSERT INTO rs_events (outcome_key, step_key, at, fence, actor, kind,"
                    " to_state, reason) VALUES (?, '', ?, 0, ?, 'outcome', ?, ?)",
                    (out.key, now, _ACTOR, out.state, out.reason))
+    return True
+
+
+def _is_rebuild(tx: Tx, recovered: Recovered) -> bool:
+    """Whether the ledger holds the outcomes ``recovered`` names, as :func:`write`
+    left them: every attempt one it rebuilt, no outcome or step changed since."""
+    for sql in ("SELECT 1 AS one FROM rs_attempts WHERE result <> 'recovered' LIMIT 1",
+                "SELECT 1 AS one FROM rs_outcomes WHERE updated_at <> created_at LIMIT 1",
+                "SELECT 1 AS one FROM rs_steps WHERE updated_at <> created_at LIMIT 1"):
+        if tx.one(sql) is not None:
+            return False
+    keys = {r["key"] for r in tx.rows("SELECT key FROM rs_outcomes")}
+    return keys == {o.key for o in recovered.outcomes}

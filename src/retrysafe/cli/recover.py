@@ -48,9 +48,10 @@ def recover(dry_run: bool, adopt: bool, as_json: bool) -> None:
         else:
             click.echo("would adopt the ledger" if adopt else _describe(counts, "would rebuild"))
         return
+    wrote = True
     with open_ledger(settings.ledger_url, sqlite_synchronous=settings.sqlite_synchronous) as ledger:
         if recovered is not None:
-            write(ledger, recovered)
+            wrote = write(ledger, recovered)
         identity = ledger_identity(ledger)
         assert identity is not None
         record_identity(engine.home, identity)
@@ -62,7 +63,7 @@ def recover(dry_run: bool, adopt: bool, as_json: bool) -> None:
     for why in recovered.skipped if recovered else []:
         click.echo(f"skipped: {why}", err=True)
     click.echo("adopted: this home now uses the ledger as it is" if adopt
-               else _describe(counts, "rebuilt"))
+               else _describe(counts, "rebuilt" if wrote else "an earlier recover rebuilt"))
 
 
 def _describe(counts: dict[str, int], verb: str) -> str:

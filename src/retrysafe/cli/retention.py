@@ -37,7 +37,12 @@ def prune(older_than: str | None, states: tuple[str, ...], job_name: str | None,
     Example:
       retrysafe prune --older-than 90d --state done --dry-run
     """
-    pruned = prune_home(state().engine, older_than=older_than, states=states, job=job_name,
+    engine = state().engine
+    if export is not None:
+        from ..ledger.transfer import refuse_ledger_file
+
+        refuse_ledger_file(export, engine.config.settings.ledger_url)
+    pruned = prune_home(engine, older_than=older_than, states=states, job=job_name,
                         drills=drills, dry_run=dry_run, export=export)
     if as_json:
         emit_json({"dry_run": dry_run, **pruned.to_json()})

@@ -31,9 +31,12 @@ def export(file: Path, force: bool, as_json: bool) -> None:
       retrysafe export ledger.jsonl
       RETRYSAFE_LEDGER=postgresql://retrysafe@db/ops retrysafe import ledger.jsonl
     """
+    if not file.name:
+        raise InvalidInput(f"{str(file)!r} names no file to write: give FILE.jsonl")
     if file.exists() and not force:
         raise InvalidInput(f"{file} exists; add --force to overwrite it")
     ledger = state().engine.existing_ledger()
+    transfer.refuse_ledger_file(file, ledger.url)
     tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
     try:
         with transfer.open_private(tmp, append=False) as fh:

@@ -1,7 +1,8 @@
 """A ledger as JSON lines: every row of every table, to move it between backends.
 
 The file (``retrysafe export``) starts with a header line naming the schema
-version, then one line per row, each ``{"table": NAME, "row": {COLUMN: VALUE}}``:
+version (and how many rows of each table follow, so a file cut short is noticed),
+then one line per row, each ``{"table": NAME, "row": {COLUMN: VALUE}}``:
 outcomes, attempts, steps, history, notifications, in that order. Rows are the tables' own
 columns, so nothing is lost or reinterpreted on the way. ``retrysafe prune
 --export`` appends the rows it removes in the same form (a header per batch),
@@ -15,7 +16,10 @@ key the target already has.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+import reprlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -26,8 +30,8 @@ from .core import LedgerCore
 from .listing import note_unlogged
 from .migrations import SCHEMA_VERSION
 
-__all__ = ["FORMAT", "TABLES", "Loaded", "dump", "header", "load", "read_file", "rows_of",
-           "write_lines"]
+__all__ = ["FORMAT", "TABLES", "Loaded", "dump", "header", "load", "read_file",
+           "refuse_ledger_file", "rows_of", "write_lines"]
 
 FORMAT = "retrysafe-ledger"
 """The header's ``format``: what a file of ledger rows says it is."""
@@ -57,6 +61,13 @@ TABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
          "last_error", "body", "claimed_until", "created_at", "updated_at", "sent_at"),
         "id", "id"),
 }
+_INTEGER = frozenset({"fence", "attempts", "budget_base", "number", "holder_pid", "runner_pid",
+                      "tries", "event_id"})
+_REAL = frozenset({"created_at", "updated_at", "lease_expires", "started_at", "ended_at", "at",
+                   "claimed_until", "sent_at"})
+_SERIAL = ("rs_events", "rs_notifications")
+"""Tables whose ``id`` is a number the ledger draws (the others' keys are text)."""
+_IDENTITY_TEXT = re.compile(r"^[0-9a-f]{1,64}$")
 _OUTCOME_COLUMN = {"rs_outcomes": "key", "rs_attempts": "outcome_key", "rs_steps": "outcome_key",
                    "rs_events": "outcome_key", "rs_notifications": "outcome_key"}
 
@@ -70,13 +81,15 @@ class Loaded(NamedTuple):
 _IDENTITY = "SELECT value FROM rs_meta WHERE name = 'identity'"
 
 
-def header(ledger: LedgerCore) -> dict[str, Any]:
+def header(ledger: LedgerCore, counts: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The first line: what the file is, and the ledger's identity (identity.py), which
-    a ledger imported whole takes over, so the homes that used the source accept it."""
+    a ledger imported whole takes over, so the homes that used the source accept it;
+    with ``counts``, how many rows of each table follow (:func:`load` checks them)."""
     with ledger.backend.transaction(write=False) as tx:
         row = tx.one(_IDENTITY)
     return {"format": FORMAT, "schema_version": ledger.schema_version(),
-            **({"identity": row["value"]} if row else {})}
+            **({"identity": row["value"]} if row else {}),
+            **({"rows": dict(counts)} if counts is not None else {})}
 
 
 def rows_of(tx: Tx, table: str, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -92,9 +105,9 @@ def rows_of(tx: Tx, table: str, keys: Sequence[str] | None = None) -> list[dict[
 
 def dump(ledger: LedgerCore) -> Iterator[dict[str, Any]]:
     """Every row of the ledger, header first, read in one transaction (a consistent copy)."""
-    yield header(ledger)
     with ledger.backend.transaction(write=False) as tx:
         tables = {t: rows_of(tx, t) for t in TABLES}
+    yield header(ledger, {t: len(rows) for t, rows in tables.items()})
     for table, rows in tables.items():
         for row in rows:
             yield {"table": table, "row": row}
@@ -116,14 +129,38 @@ def open_private(path: Path, *, append: bool) -> IO[str]:
     return os.fdopen(fd, "w", encoding="utf-8")
 
 
+def refuse_ledger_file(path: Path, url: str) -> None:
+    """Refuse to write ``path`` when it is the SQLite ledger at ``url`` (or one of its
+    ``-wal``, ``-shm``, ``-journal`` files): writing rows over it would destroy it."""
+    if not url.startswith("sqlite:///"):
+        return
+    db = Path(url.removeprefix("sqlite:///"))
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        ledger_file = db.with_name(db.name + suffix)
+        try:
+            same = (os.path.realpath(path) == os.path.realpath(ledger_file)
+                    or (path.exists() and ledger_file.exists()
+                        and os.path.samefile(path, ledger_file)))
+        except (OSError, ValueError):
+            continue
+        if same:
+            raise InvalidInput(f"{path} is the ledger's own file {ledger_file}: writing the rows "
+                               "over it would destroy the ledger; give another FILE")
+
+
 def read_file(path: Path) -> Iterator[dict[str, Any]]:
     """The records of a JSON lines file, each checked to be an object."""
     try:
-        fh = path.open(encoding="utf-8")
+        fh = path.open("rb")
     except OSError as exc:
         raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from None
     with fh:
-        for n, line in enumerate(fh, 1):
+        for n, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidInput(f"{path} line {n}: not UTF-8 text (byte {exc.start + 1})"
+                                   ) from None
             if not line.strip():
                 continue
             try:
@@ -146,6 +183,16 @@ def _check(rec: Mapping[str, Any], n: int, target_version: int) -> tuple[str, di
                 f"the export has schema version {version}, the target ledger {target_version}: "
                 f"export and import with the same retrysafe, both ledgers migrated "
                 f"(this retrysafe knows up to {SCHEMA_VERSION})")
+        identity = rec.get("identity")
+        if identity is not None and not (isinstance(identity, str)
+                                         and _IDENTITY_TEXT.match(identity)):
+            raise InvalidInput(f"record {n}: the header's identity {reprlib.repr(identity)} is not one a "
+                               "ledger draws (the file was edited); nothing was imported")
+        counts = rec.get("rows")
+        if counts is not None and not (isinstance(counts, dict) and set(counts) == set(TABLES)
+                                       and all(type(v) is int for v in counts.values())):
+            raise InvalidInput(f"record {n}: the header's rows {reprlib.repr(counts)} are not a count per "
+                               "ledger table (the file was edited); nothing was imported")
         return None
     table, row = rec.get("table"), rec.get("row")
     if table not in TABLES or not isinstance(row, dict):
@@ -155,7 +202,30 @@ def _check(rec: Mapping[str, Any], n: int, target_version: int) -> tuple[str, di
     if set(row) != set(columns):
         odd = sorted(set(row) ^ set(columns))
         raise InvalidInput(f"record {n} ({table}): columns differ from this schema's ({odd})")
+    for column, value in row.items():
+        if not _fits(table, column, value):
+            raise InvalidInput(f"record {n} ({table}): {column} {reprlib.repr(value)} is not a "
+                               "value of that column (the file was edited); nothing was imported")
     return table, row
+
+
+def _fits(table: str, column: str, value: object) -> bool:
+    """Whether ``value`` (from JSON) is one the ledger could have written in ``column``."""
+    if (column == "id" and table in _SERIAL) or column == "event_id":
+        return type(value) is int
+    if value is None:
+        return True  # the column's NOT NULL, if any, refuses it
+    if column in _INTEGER:
+        return type(value) is int
+    if column in _REAL:
+        return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False  # a lone surrogate (\udc80) in the JSON
+    return True
 
 
 def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: bool = False) -> Loaded:
@@ -168,23 +238,44 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
     target_version = ledger.schema_version()
     rows: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
     batch_of: dict[int, int] = {}  # id(row) -> its batch (a prune --export file has several)
-    batch = 0
-    seen_header = False
-    identity = None
+    heads: list[tuple[int, Mapping[str, Any]]] = []  # each batch's header, with its number
+    counted = dict.fromkeys(TABLES, 0)
+    unique: set[tuple[str, Any]] = set()  # the batch's (table, key)s
+    latest: dict[str, int] = {}  # outcome key -> the last batch that holds it
+    superseded: set[tuple[int, str]] = set()  # (batch, outcome key) a later batch holds again
     for n, rec in enumerate(records, 1):
-        if not seen_header and "format" not in rec:
+        if not heads and "format" not in rec:
             raise InvalidInput(f"record {n}: the file does not start with a retrysafe header line")
         got = _check(rec, n, target_version)
         if got is None:
-            if not seen_header and isinstance(rec.get("identity"), str):
-                identity = rec["identity"]
-            seen_header = True
-            batch += 1
+            if heads:
+                _count(heads[-1], counted)
+            heads.append((n, rec))
+            counted = dict.fromkeys(TABLES, 0)
+            unique = set()
             continue
-        rows[got[0]].append(got[1])
-        batch_of[id(got[1])] = batch
-    if not seen_header:
+        table, row = got
+        key = row[TABLES[table][2]]
+        if (table, key) in unique:
+            raise InvalidInput(f"record {n}: {table} {key} is in its part of the file twice "
+                               "(the file was edited); nothing was imported")
+        unique.add((table, key))
+        if table == "rs_outcomes":
+            if key in latest:
+                _supersede(heads, latest[key], key, n)
+                superseded.add((latest[key], key))
+            latest[key] = len(heads)
+        counted[table] += 1
+        rows[table].append(row)
+        batch_of[id(row)] = len(heads)
+    if not heads:
         raise InvalidInput("nothing to import: the file has no retrysafe header line")
+    _count(heads[-1], counted)
+    identity = heads[0][1].get("identity")
+    # an outcome a prune exported again (killed after its export, before its delete, then
+    # run again): the last batch's rows are the ledger's last word on it
+    for table, column in _OUTCOME_COLUMN.items():
+        rows[table] = [r for r in rows[table] if (batch_of[id(r)], r[column]) not in superseded]
     backend = ledger.backend
     with backend.transaction() as tx:
         if not merge:
@@ -257,6 +348,35 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
             tx.run("DELETE FROM rs_meta WHERE name = 'identity'")
             tx.run("INSERT INTO rs_meta (name, value) VALUES ('identity', ?)", (identity,))
     return Loaded({t: len(r) for t, r in rows.items()})
+
+
+def _count(head: tuple[int, Mapping[str, Any]], counted: Mapping[str, int]) -> None:
+    """Refuse a batch that stops short of the rows its header counts, as a file cut
+    at a line's end does: every table whole up to one that is short, none after it.
+    (Rows taken out of an export on purpose, an outcome's from every table, pass.)"""
+    n, rec = head
+    want = rec.get("rows")
+    if want is None:
+        return
+    tables = list(TABLES)
+    short = next((i for i, t in enumerate(tables) if counted[t] < want[t]), None)
+    if short is None or any(counted[t] != want[t] for t in tables[:short]) \
+            or any(counted[t] for t in tables[short + 1:]):
+        return
+    table = tables[short]
+    raise InvalidInput(f"the file is cut short: the header on record {n} counts {want[table]} "
+                       f"{table} rows, {counted[table]} follow it and nothing after; nothing was "
+                       "imported (export the ledger again, or copy the whole file)")
+
+
+def _supersede(heads: Sequence[tuple[int, Mapping[str, Any]]], earlier: int, key: str,
+               n: int) -> None:
+    """An outcome already in an earlier batch: taken from this one when both batches
+    come from the same ledger (a prune that exported it again), else refused."""
+    were, now = heads[earlier - 1][1].get("identity"), heads[-1][1].get("identity")
+    if were is None or were != now:
+        raise InvalidInput(f"record {n}: outcome {key} is in the file twice, from different "
+                           "ledgers (or ones that do not say which); nothing was imported")
 
 
 def _refuse_conflicts(tx: Tx, rows: Mapping[str, list[dict[str, Any]]]) -> None:
