@@ -125,7 +125,7 @@ def prune(engine: Engine, *, older_than: str | None, states: Sequence[str] = (),
     them back).
     """
     from .ages import parse_age
-    from .ledger.transfer import header, open_private, write_lines
+    from .ledger.transfer import TABLES, header, open_private, write_lines
 
     age = parse_age(older_than, "--older-than") if older_than is not None else None
     keep = {name: j.keep for name, j in engine.config.jobs.items() if j.keep is not None}
@@ -148,8 +148,10 @@ def prune(engine: Engine, *, older_than: str | None, states: Sequence[str] = (),
         def on_batch(rows: dict[str, list[dict[str, Any]]]) -> None:
             import os
 
-            write_lines(opened, [header(ledger)] + [{"table": t, "row": r}
-                                                     for t, rs in rows.items() for r in rs])
+            # each batch counts its rows, so a file cut short at a line end is refused
+            counts = {t: len(rows.get(t, ())) for t in TABLES}
+            write_lines(opened, [header(ledger, counts)] + [{"table": t, "row": r}
+                                                             for t, rs in rows.items() for r in rs])
             opened.flush()
             os.fsync(opened.fileno())
 

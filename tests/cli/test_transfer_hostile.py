@@ -147,6 +147,27 @@ def test_a_prune_export_repeated_by_a_killed_prune_imports_back(tmp_path: Path) 
                                    for r in _records(file)) // 2
 
 
+def test_a_prune_export_cut_short_at_a_line_end_is_refused(tmp_path: Path) -> None:
+    """Each batch a prune appends to its --export file counts its rows, as an export's
+    header does: a copy that stops at a line end inside a batch is refused, nothing
+    imported (it imported the rows before the cut and said nothing)."""
+    home = _filled(Home(tmp_path / "home"))
+    file = tmp_path / "pruned.jsonl"
+    assert home.run("prune", "--older-than", "0m", "--export", str(file)).returncode == 0
+    lines = file.read_text().splitlines(keepends=True)
+    assert len(lines) > 6
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(lines[:-2]))
+    target = _fresh(tmp_path / "target")
+    proc = target.run("import", "--merge", str(cut))
+    _one_line_refusal(proc)
+    assert "cut short" in proc.stderr, proc.stderr
+    assert _keys(target) == []
+    whole = target.run("import", "--merge", str(file))
+    assert whole.returncode == 0, whole.stderr
+    assert _keys(target) == ["pay:1", "pay:2", "pay:3"]
+
+
 def test_the_same_outcome_twice_in_one_export_is_refused(tmp_path: Path, exported: Path) -> None:
     records = _records(exported)
     records.insert(2, records[1])
