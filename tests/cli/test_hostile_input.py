@@ -187,3 +187,32 @@ def test_a_config_holding_a_tilde_template_still_runs_its_other_jobs(home: Home)
     refused = home.run("run", "old", "-p", "n=1", "--", "true")
     assert refused.returncode == 2 and "reserved for drill" in refused.stderr, refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def _can_map_an_unknown_uid() -> bool:
+    import shutil
+
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-U", "--map-user=4242", "--map-group=4242", "true"],
+                           capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _can_map_an_unknown_uid(), reason="needs unshare -U --map-user")
+def test_a_decision_under_a_uid_with_no_user_name_is_recorded_as_uid_n(home: Home) -> None:
+    """A container's arbitrary uid (no passwd entry, no USER): a deciding command records
+    its actor as uidN@host instead of failing with an internal error (KeyError)."""
+    import json
+
+    home.path.mkdir(parents=True, exist_ok=True)
+    home.config('[jobs.once]\nkey = "once:{n}"\nparams = { n = "int" }\nmax_attempts = 1\n')
+    assert home.run("run", "once", "-p", "n=1", "--", "false").returncode == 1
+    assert home.run("run", "once", "-p", "n=1", "--", "false").returncode == 3
+    env = {k: v for k, v in home.env.items() if k not in ("USER", "LOGNAME", "LNAME", "USERNAME")}
+    retried = subprocess.run(["unshare", "-U", "--map-user=4242", "--map-group=4242",
+                              *home.cmd("retry", "once:1", "--note", "checked")],
+                             env=env, capture_output=True, text=True, check=False)
+    assert retried.returncode == 0, retried.stderr
+    history = json.loads(home.run("history", "once:1", "--json").stdout)
+    assert any(e["actor"].startswith("uid4242@") for e in history), history

@@ -124,7 +124,16 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
-def actor() -> str:
+def login_name() -> str:
+    """The user's name, or ``uidN`` where the uid has none (a container's arbitrary uid,
+    no ``USER`` set)."""
     import getpass  # imports termios: only human decisions record an actor
 
-    return f"{getpass.getuser()}@{os.uname().nodename}"
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid{os.getuid()}"
+
+
+def actor() -> str:
+    return f"{login_name()}@{os.uname().nodename}"

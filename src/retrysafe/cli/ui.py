@@ -5,12 +5,13 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+from urllib.parse import quote
 
 import click
 
 from .. import envvars
 from ..errors import InvalidInput
-from ._common import state
+from ._common import login_name, state
 
 __all__ = ["ui"]
 
@@ -61,18 +62,23 @@ def ui(bind: str, token: str | None, allow_actions: bool, operator: str | None) 
     from ..ui import require_extra
 
     require_extra()
-    import getpass
-
     import uvicorn
 
-    from ..ui.app import Settings, create_app
+    from ..ui.app import WHO, Settings, create_app
     from ..ui.auth import Guard
 
     host, port = parse_bind(bind)
-    if token is not None and len(token) < 16:
-        raise InvalidInput("--token must be at least 16 characters")
+    if token is not None and (len(token) < 16 or not token.isascii() or not token.isprintable()
+                              or " " in token):
+        # what a browser, a sign-in form and an Authorization header all carry unchanged
+        raise InvalidInput("--token must be at least 16 characters, printable ASCII without spaces")
     token = token or Guard.generate()
-    name = operator or getpass.getuser()
+    if operator is not None and not WHO.match(operator):
+        raise InvalidInput(f"--name {operator!r}: letters, digits and . _ @ + - (at most 64)")
+    name = operator or login_name()
+    if allow_actions and not WHO.match(name):
+        raise InvalidInput(f"your user name {name!r} cannot name a decision: give --name NAME "
+                           "(letters, digits and . _ @ + -)")
     engine = state().engine
     ledger = engine.existing_ledger()
     sock = listen(host, port, bind)
@@ -87,7 +93,7 @@ def ui(bind: str, token: str | None, allow_actions: bool, operator: str | None) 
     if not is_loopback(host):
         click.echo(f"retrysafe ui: warning: {host} is not loopback: other machines can reach "
                    "this dashboard; put TLS in front of it", err=True)
-    click.echo(f"retrysafe ui: open http://{shown}:{port}/?token={token}")
+    click.echo(f"retrysafe ui: open http://{shown}:{port}/?token={quote(token, safe='')}")
     os.environ.pop(envvars.UI_TOKEN, None)  # the checks verify runs need not see it
     config = uvicorn.Config(create_app(engine, settings), log_level="warning", access_log=False,
                             server_header=False, lifespan="off")

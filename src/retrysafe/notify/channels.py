@@ -10,8 +10,10 @@ nothing configured never imports httpx or apprise.
 from __future__ import annotations
 
 import subprocess
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 from .config import Channel
 
@@ -51,14 +53,40 @@ def text(body: Body) -> str:
 
 
 def _http(method: str, url: str, timeout: float, **kw: Any) -> None:
+    """One request, over in ``timeout`` seconds whatever the receiver does (httpx's
+    own timeout bounds each read, not the whole: a receiver that trickles its
+    answer would hold the run). The answer's body is never read; a redirect is
+    not followed (following a 302 or 303 turns the POST into a GET without the
+    message) but refused, naming where it points."""
     import httpx
 
-    try:
-        resp = httpx.request(method, url, timeout=timeout, follow_redirects=True, **kw)
-    except httpx.HTTPError as exc:
-        raise SendFailed(f"{type(exc).__name__}: {exc}") from None
-    if not 200 <= resp.status_code < 300:
-        raise SendFailed(f"HTTP {resp.status_code} {resp.reason_phrase}".rstrip())
+    answer: list[tuple[int, str, str]] = []
+    error: list[str] = []
+
+    def request() -> None:
+        try:
+            with httpx.stream(method, url, timeout=timeout, follow_redirects=False, **kw) as resp:
+                answer.append((resp.status_code, resp.reason_phrase,
+                               resp.headers.get("location", "")))
+        except Exception as exc:  # noqa: BLE001 - any failure is one failed try
+            error.append(f"{type(exc).__name__}: {exc}")
+
+    worker = threading.Thread(target=request, name="retrysafe-notify-http", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if error:
+        raise SendFailed(error[0])
+    if not answer:
+        raise SendFailed(f"no answer within {timeout:g}s")
+    status, reason, location = answer[0]
+    if 300 <= status < 400:
+        # the address may carry a token: name only its scheme and host
+        to = urlsplit(urljoin(url, location)) if location else None
+        raise SendFailed(f"HTTP {status} {reason}".rstrip() + ": the URL redirects"
+                         + (f" to {to.scheme}://{to.hostname}/..." if to and to.hostname else "")
+                         + "; configure the address it redirects to")
+    if not 200 <= status < 300:
+        raise SendFailed(f"HTTP {status} {reason}".rstrip())
 
 
 def _webhook(channel: Channel, body: Body, timeout: float) -> None:

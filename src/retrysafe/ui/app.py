@@ -38,12 +38,13 @@ from .story import story
 if TYPE_CHECKING:
     from ..engine import Engine
 
-__all__ = ["ACTIONS", "Settings", "create_app"]
+__all__ = ["ACTIONS", "WHO", "Settings", "create_app"]
 
 HERE = Path(__file__).parent
 ACTIONS = ("resolve", "approve", "retry", "break-lease")
 _PAGE = 50
-_WHO = re.compile(r"^[A-Za-z0-9._@+-]{1,64}$")
+WHO = re.compile(r"\A[A-Za-z0-9._@+-]{1,64}\Z")
+"""a name a decision may be recorded under (``ui:NAME``)"""
 _OPEN_PATHS = ("/login", "/static/")
 
 
@@ -129,6 +130,10 @@ class _Dashboard:
 
     async def gate(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         path = request.url.path
+        if "\0" in path or any("\0" in k or "\0" in v
+                                for k, v in request.query_params.multi_items()):
+            # no key, job or cursor holds one (PostgreSQL cannot even be asked)
+            return PlainTextResponse("retrysafe: the address holds a NUL character\n", 400)
         if path.startswith(_OPEN_PATHS):
             return await call_next(request)
         given = request.query_params.get("token")
@@ -253,7 +258,7 @@ class _Dashboard:
         who = str(form.get("who") or self.settings.operator).strip()
         note = str(form.get("note") or "").strip()
         try:
-            if not _WHO.match(who):
+            if not WHO.match(who):
                 raise InvalidInput("your name: letters, digits and . _ @ + - (at most 64)")
             done = await run_in_threadpool(self._decide, action, key, step, f"ui:{who}", note,
                                            dict(form))
@@ -295,6 +300,12 @@ def create_app(engine: Engine, settings: Settings) -> Starlette:
     async def not_found(request: Request, exc: Exception) -> Response:
         return d.page("message.html", 404, title="Not found", message=request.url.path)
 
+    async def refused(request: Request, exc: Exception) -> Response:
+        # what the command would print as its one line (the ledger unreachable, a bad value)
+        message = exc.message if isinstance(exc, RetrysafeError) else str(exc)
+        return d.page("message.html", 400 if isinstance(exc, InvalidInput) else 503,
+                      title="The ledger could not answer", message=message)
+
     return Starlette(
         routes=[
             Route("/", d.attention),
@@ -307,5 +318,5 @@ def create_app(engine: Engine, settings: Settings) -> Starlette:
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
         middleware=[Middleware(BaseHTTPMiddleware, dispatch=d.gate)],
-        exception_handlers={404: not_found},
+        exception_handlers={404: not_found, RetrysafeError: refused},
     )

@@ -38,19 +38,27 @@ class Guard:
         return hmac.new(self._secret, msg, hashlib.sha256).hexdigest()
 
     def token_ok(self, given: str | None) -> bool:
-        return given is not None and hmac.compare_digest(given.encode("utf-8"),
-                                                         self.token.encode("utf-8"))
+        return _same(given, self.token)
 
     def session(self) -> str:
         """The cookie a browser holds once it gave the token."""
         return self._mac("session", self.token)
 
     def session_ok(self, cookie: str | None) -> bool:
-        return cookie is not None and hmac.compare_digest(cookie, self.session())
+        return _same(cookie, self.session())
 
     def csrf(self, action: str, fields: Iterable[str]) -> str:
         """The CSRF token of one form: ``action`` on the outcome/step ``fields``."""
         return self._mac("csrf", self.session(), action, *fields)
 
     def csrf_ok(self, given: str | None, action: str, fields: Iterable[str]) -> bool:
-        return given is not None and hmac.compare_digest(given, self.csrf(action, fields))
+        return _same(given, self.csrf(action, fields))
+
+
+def _same(given: str | None, expected: str) -> bool:
+    """``given`` is ``expected``, in constant time; anything a client sends (a cookie
+    or a form field with non-ASCII characters, lone surrogates) is just not it."""
+    if given is None:
+        return False
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
+                               expected.encode("utf-8", "surrogatepass"))
