@@ -183,7 +183,8 @@ class Busy(RetrysafeError):
 
         who = f"attempt {number}" if number is not None else "another attempt"
         if number is not None and host is not None:
-            who += f" (pid {pid} on {host}, lease until {when(lease_expires)})"
+            where = f"pid {pid} on {host}" if pid is not None else f"an agent on {host}"
+            who += f" ({where}, lease until {when(lease_expires)})"
         if running:
             return cls(f"{key} is held by {who}, {running}; try later, or if it is stuck: "
                        f"{command_line('break-lease', key)}", key=key, state=state)

@@ -47,7 +47,7 @@ def status_lines(home: Path, out: OutcomeRecord, attempts: Sequence[AttemptRecor
     for a in attempts:
         ctx = ", ".join(f"{k}={v}" for k, v in sorted(a.context.items()))
         lines.append(f"  attempt {a.number}: {a.state} {a.result} started {when(a.started_at)} "
-                     f"pid {a.holder.pid} on {a.holder.host}" + (f" [{ctx}]" if ctx else ""))
+                     f"{a.holder.shown()}" + (f" [{ctx}]" if ctx else ""))
     if steps:
         lines.append("")
         lines += table_lines(

@@ -29,7 +29,7 @@ from typing import Any
 import click
 
 from .. import envvars
-from ..attempt import Decision
+from ..attempt import Decision, Run
 from ..effects import parse_class
 from ..engine import unblock_hint
 from ..errors import (
@@ -37,11 +37,13 @@ from ..errors import (
     EXIT_BUSY,
     EXIT_DONE,
     EXIT_FAILED,
+    AttemptNotActive,
     InvalidInput,
     StaleAttempt,
+    not_text,
 )
 from ..keys import parse_assignments, step_key, step_ref
-from ..ledger import Holder
+from ..ledger import Holder, OutcomeRecord
 from ..process import host_id
 from ..states import Action, ClaimStatus
 from ._common import emit_json, json_option, key_and_step, key_argument, params_option, state
@@ -83,6 +85,38 @@ def _valid(key: str, step_name: str, item: str | None, effect_class: str | None 
     if effect_class is not None:
         parse_class(effect_class)
     return step_key(key, step_name, item)
+
+
+_CC = "\x00-\x1f\x7f-\x9f\u2028\u2029"  # control characters and line breaks
+_CONTROL = re.compile(f" *[{_CC}][ {_CC}]*")
+
+
+def _text(value: str, option: str) -> str:
+    """A free-text option (``--evidence``, ``--reason``, ``--absent``, ``--failed``) as one
+    line: each run of line breaks and other control characters becomes one space, as
+    every line that shows it (``status``, an error, ``needs-attention``) is one line.
+    Bytes that are not UTF-8 are refused here, before the lease is renewed."""
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"{option}: {not_text(exc).message}") from None
+    return _CONTROL.sub(" ", value).strip()
+
+
+def _resume(key: str, attempt_id: str | None) -> Run:
+    """The agent's attempt at ``key``, its lease renewed (:meth:`Engine.resume`). An
+    attempt of another outcome is refused as such (exit 2) even when it has ended: an
+    id kept from an earlier turn names an attempt long finished, and exit 75 would
+    tell the agent its own attempt was taken over."""
+    engine = state().engine
+    engine.existing_ledger()
+    try:
+        return engine.resume(key, attempt_id)
+    except StaleAttempt as exc:
+        if exc.key is None or exc.key == key:
+            raise
+        raise InvalidInput(f"attempt {attempt_id} belongs to {exc.key}, not {key}: use the "
+                           "key and attempt id 'retrysafe begin' printed", key=key) from None
 
 
 def _step_json(key: str, step_name: str, item: str | None, skey: str, step_state: str,
@@ -217,7 +251,7 @@ def check(
     _valid(key, step_name, item, effect_class)
     engine = state().engine
     engine.existing_ledger()
-    run = engine.resume(key, attempt_id) if attempt_id else engine.reader(key)
+    run = _resume(key, attempt_id) if attempt_id else engine.reader(key)
     decision = run.check(step_name, effect_class, item=item)
     if as_json:
         emit_json({"key": key, **decision.to_json()})
@@ -271,9 +305,9 @@ def intent(
       retrysafe intent weekly-ops-report:2026-W32 send --class message --attempt ID
     """
     _valid(key, step_name, item, effect_class)
-    engine = state().engine
-    engine.existing_ledger()
-    run = engine.resume(key, attempt_id)
+    if absent is not None:
+        absent = _text(absent, "--absent")
+    run = _resume(key, attempt_id)
     skey = run.intend(step_name, effect_class, item=item, absent=absent)
     record = run.record_command(step_name, item)
     if as_json:
@@ -308,17 +342,22 @@ def record(key: str, step_name: str, evidence: str, item: str | None, attempt_id
     Example:
       retrysafe record weekly-ops-report:2026-W32 send --evidence '<id@mail>' --attempt ID
     """
-    evidence = evidence.strip()
+    evidence = _text(evidence, "--evidence")
     if not evidence:
         raise InvalidInput("--evidence is empty: give the provider's id for the effect")
     skey = _valid(key, step_name, item)
-    engine = state().engine
-    engine.existing_ledger()
     try:
-        run = engine.resume(key, attempt_id)
+        run = _resume(key, attempt_id)
     except StaleAttempt as exc:
-        raise StaleAttempt.unrecorded(exc, key, step_ref(key, step_name, item), evidence) from None
-    recorded = run.record_evidence(step_name, evidence, item=item)
+        # a record repeated after its answer was lost (the attempt closed or was taken
+        # over since): done with exactly this evidence is recorded, whoever recorded it
+        done = state().engine.ledger.step(skey)
+        if done is None or done.state != "done" or done.evidence != evidence:
+            raise StaleAttempt.unrecorded(exc, key, step_ref(key, step_name, item),
+                                          evidence) from None
+        recorded = False
+    else:
+        recorded = run.record_evidence(step_name, evidence, item=item)
     if as_json:
         emit_json(_step_json(key, step_name, item, skey, "done", evidence=evidence,
                              recorded=recorded))
@@ -345,9 +384,8 @@ def unknown(key: str, step_name: str, reason: str, item: str | None, attempt_id:
       retrysafe unknown weekly-ops-report:2026-W32 send --reason 'SMTP timeout' --attempt ID
     """
     skey = _valid(key, step_name, item)
-    engine = state().engine
-    engine.existing_ledger()
-    engine.resume(key, attempt_id).declare_unknown(step_name, reason, item=item)
+    reason = _text(reason, "--reason")
+    _resume(key, attempt_id).declare_unknown(step_name, reason, item=item)
     if as_json:
         emit_json(_step_json(key, step_name, item, skey, "unknown", reason=reason))
     else:
@@ -369,9 +407,8 @@ def block(key: str, step_name: str, reason: str, item: str | None, attempt_id: s
       retrysafe block KEY publish --reason 'two drafts titled X: ids 41, 42' --attempt ID
     """
     skey = _valid(key, step_name, item)
-    engine = state().engine
-    engine.existing_ledger()
-    stopped = engine.resume(key, attempt_id).declare_blocked(step_name, reason, item=item)
+    reason = _text(reason, "--reason")
+    stopped = _resume(key, attempt_id).declare_blocked(step_name, reason, item=item)
     if not as_json:
         raise stopped
     emit_json(_step_json(key, step_name, item, skey, "blocked", reason=stopped.reason,
@@ -380,6 +417,18 @@ def block(key: str, step_name: str, reason: str, item: str | None, attempt_id: s
 
 
 # --- close -------------------------------------------------------------------------------
+
+
+def _closed(key: str, attempt_id: str | None) -> tuple[OutcomeRecord, int] | None:
+    """The outcome ``key`` as attempt ``attempt_id`` closed it, with the attempt's number:
+    when that attempt finished and was the outcome's last (none after it, none running)."""
+    ledger = state().engine.ledger
+    attempt = ledger.attempt(attempt_id) if attempt_id else None
+    out = ledger.outcome(key)
+    if attempt is None or attempt.state != "finished" or out is None \
+            or out.current_attempt is not None or out.attempts != attempt.number:
+        return None
+    return out, attempt.number
 
 
 @click.command()
@@ -401,10 +450,19 @@ def close(key: str, failed_reason: str | None, attempt_id: str | None, as_json: 
     Example:
       retrysafe close weekly-ops-report:2026-W32 --attempt ID
     """
+    if failed_reason is not None:
+        failed_reason = _text(failed_reason, "--failed")
     engine = state().engine
-    engine.existing_ledger()
-    run = engine.resume(key, attempt_id)
-    out = run.close(success=failed_reason is None, reason=failed_reason or "")
+    try:
+        run = _resume(key, attempt_id)
+    except AttemptNotActive:
+        closed = _closed(key, attempt_id)  # a close repeated after its answer was lost
+        if closed is None:
+            raise
+        (out, number), again = closed, ", closed already"
+    else:
+        out = run.close(success=failed_reason is None, reason=failed_reason or "")
+        number, again = run.number, ""
     unblock = unblock_hint(engine.ledger, out) if out.state == "blocked" else ""
     if as_json:
         emit_json(
@@ -413,11 +471,11 @@ def close(key: str, failed_reason: str | None, attempt_id: str | None, as_json: 
                 "state": out.state,
                 "reason": out.reason,
                 "unblock": unblock,
-                "attempt": run.number,
+                "attempt": number,
             }
         )
     else:
-        line = f"{out.state}: {key} (attempt {run.number})"
+        line = f"{out.state}: {key} (attempt {number}{again})"
         click.echo(line + (f": {out.reason}" if out.reason else ""))
         if unblock:
             click.echo(f"to unblock: {unblock}")

@@ -399,7 +399,7 @@ class LedgerCore:
             "lease_expires": tx.now + lease_seconds, "context": dumps(dict(context or {})),
             "started_at": tx.now, "ended_at": None})
         events = [_event(tx, out.key, kind="attempt", to=AttemptState.ACTIVE, attempt=attempt,
-                         reason=f"attempt {number} started on {holder.host} pid {holder.pid}")]
+                         reason=f"attempt {number} started: {holder.shown()}")]
         # generated/delivered are progress marks a new attempt resumes from.
         state = out.state if out.state in PROGRESS_MARKS else _O.RUNNING
         out = self._set_outcome(

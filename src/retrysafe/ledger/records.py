@@ -30,6 +30,12 @@ class Holder(NamedTuple):
     pid: int | None
     started: str | None = None
 
+    def shown(self) -> str:
+        """``pid N on HOST``, or for an agent's lease ``an agent on HOST (no process)``."""
+        if self.pid is None:
+            return f"an agent on {self.host} (no process)"
+        return f"pid {self.pid} on {self.host}"
+
 
 class OutcomeRecord(NamedTuple):
     key: str
