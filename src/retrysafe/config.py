@@ -6,6 +6,7 @@ Where the home, config file and ledger are is decided in :mod:`retrysafe.locatio
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import keys
 from .effects import EffectClass, Policy, parse_overrides
-from .errors import ConfigError, HomeNotWritable, InvalidParameter, UnknownJob
+from .errors import ConfigError, HomeNotWritable, InvalidInput, InvalidParameter, UnknownJob
 from .location import CONFIG_NAME, config_file, ledger_settings, read_toml, resolve_home
 
 if TYPE_CHECKING:
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CONFIG_NAME", "Config", "Job", "Settings", "load_config", "resolve_home"]
 
+_TABLES = frozenset({"jobs", "ledger", "connectors", "notify"})
+_LEDGER_FIELDS = frozenset({"url", "sqlite_synchronous"})
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_LEASE_SECONDS = 900
 _JOB_FIELDS = frozenset(
@@ -306,6 +309,29 @@ class Config:
             raise ConfigError(f"unknown connector {name!r} (declared: {known})") from None
 
 
+def _read_config(path: Path) -> dict[str, Any]:
+    """The config file's tables, each table and ``[ledger]`` field a known one: a
+    mistyped ``[ledgr]`` or ``urll`` would otherwise be ignored, and the ledger silently
+    another one."""
+    try:
+        raw = read_toml(path)
+    except RecursionError:
+        raise ConfigError(f"config {path}: nested too deeply") from None
+    except ConfigError:
+        with contextlib.suppress(OSError), path.open("rb") as fh:
+            if fh.read(3) == b"\xef\xbb\xbf":
+                raise ConfigError(f"config {path}: starts with a byte order mark (BOM); "
+                                  "save it as UTF-8 without one") from None
+        raise
+    for what, table, known in (("table [{}]", raw, _TABLES),
+                               ("field ledger.{}", raw.get("ledger"), _LEDGER_FIELDS)):
+        unknown = sorted(set(table) - known) if isinstance(table, Mapping) else []
+        if unknown:
+            raise ConfigError(f"config {path}: unknown {what.format(unknown[0])} "
+                              f"(known: {', '.join(sorted(known))})")
+    return raw
+
+
 def load_config(
     home: str | os.PathLike[str] | None = None,
     config: str | os.PathLike[str] | None = None,
@@ -314,7 +340,7 @@ def load_config(
     """Load the config with the documented precedence. A missing file means no jobs."""
     home_path = resolve_home(home)
     config_path = config_file(home_path, config)
-    raw = read_toml(config_path)
+    raw = _read_config(config_path)
     url, sync = ledger_settings(raw, config_path, home_path, ledger)
     settings = Settings(home=home_path, config_path=config_path, ledger_url=url,
                         sqlite_synchronous=sync)
@@ -327,9 +353,7 @@ def load_config(
             raise ConfigError(f"config {config_path}: jobs.{name} must be a table")
         try:
             jobs[name] = parse_job(name, table)
-        except ConfigError as exc:
-            raise ConfigError(f"config {config_path}: {exc}") from None
-        except InvalidParameter as exc:
+        except InvalidInput as exc:  # a bad field, parameter or job name
             raise ConfigError(f"config {config_path}: {exc}") from None
     connectors = raw.get("connectors", {})
     if not isinstance(connectors, Mapping) or not all(isinstance(v, Mapping) for v in connectors.values()):

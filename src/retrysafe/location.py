@@ -17,7 +17,7 @@ from typing import Any
 from . import envvars
 from .errors import ConfigError
 
-__all__ = ["CONFIG_NAME", "SYNC_MODES", "config_file", "ledger_settings", "read_toml",
+__all__ = ["CONFIG_NAME", "SYNC_MODES", "anchored", "config_file", "ledger_settings", "read_toml",
            "resolve_home"]
 
 CONFIG_NAME = "retrysafe.toml"
@@ -43,8 +43,21 @@ def config_file(home: Path, flag: str | os.PathLike[str] | None = None) -> Path:
 
 
 def named_ledger(flag: str | None = None) -> str | None:
-    """The ledger URL named without the config file: ``--ledger``, then ``RETRYSAFE_LEDGER``."""
-    return flag or os.environ.get(envvars.LEDGER) or None
+    """The ledger URL named without the config file: ``--ledger``, then ``RETRYSAFE_LEDGER``
+    (a relative SQLite path taken from the current folder)."""
+    url = flag or os.environ.get(envvars.LEDGER) or None
+    return anchored(url, Path.cwd()) if url else None
+
+
+def anchored(url: str, base: Path) -> str:
+    """``url``, a relative SQLite path in it made absolute against ``base``: the ledger
+    is one file from any working folder, also for the commands a run starts, which may
+    change folder (a relative path there opened, or created, another ledger)."""
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):]
+        if path and not os.path.isabs(path):
+            return f"sqlite:///{base.absolute() / path}"
+    return url
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -75,6 +88,8 @@ def ledger_settings(raw: Mapping[str, Any], config_path: Path, home: Path,
     url = named_ledger(flag) or table.get("url")
     if url is not None and not isinstance(url, str):
         raise ConfigError(f"config {config_path}: ledger.url must be a string")
+    if url is not None:  # the config's own relative path: from the config file's folder
+        url = anchored(url, config_path.absolute().parent)
     sync = table.get("sqlite_synchronous", "full")
     if sync not in SYNC_MODES:
         raise ConfigError(

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
@@ -88,36 +92,110 @@ def add(name: str, template: str, params: tuple[str, ...], max_attempts: int | N
     path = config.settings.config_path
     if path.parent == config.home and path.name == CONFIG_NAME:
         ensure_home(config.home)
-    try:
-        text = path.read_text("utf-8")
-    except FileNotFoundError:
-        text = ""
-    except OSError as exc:
-        raise ConfigError(f"config {path}: {exc.strerror or exc}") from None
-    import tomlkit  # only 'job add' edits TOML; keep it off every other command's start-up
+    # a linked config (kept with dotfiles, say) is written where it lives; the link stays
+    target = Path(os.path.realpath(path))
+    with _locked(path, target.parent):  # two 'job add' at once: each sees the other's job
+        try:
+            text = target.read_text("utf-8")
+            if not os.stat(target).st_mode & 0o222:
+                raise HomeNotWritable(f"config {path} is read-only; make it writable "
+                                      "(chmod u+w) to add a job to it")
+        except FileNotFoundError:
+            text = ""
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        import tomllib
 
+        try:
+            before = tomllib.loads(text, parse_float=str)  # compared as written: nan is nan
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config {path}: {exc}") from None
+        jobs_before = before.get("jobs", {})
+        if not isinstance(jobs_before, dict):
+            raise ConfigError(f"config {path}: [jobs] must hold tables")
+        old = jobs_before.get(name)
+        if old is not None and not replace:
+            raise InvalidInput(f"job {name!r} already exists in {path}; pass --replace to "
+                               "overwrite it")
+        data = _with_job(text, name, table_, {**before, "jobs": {**jobs_before, name: table_}})
+        if data is None:
+            raise ConfigError(f"config {path}: its [jobs] is written inline or with dotted keys, "
+                              f"which 'job add' cannot extend without changing them; add "
+                              f"[jobs.{name}] by hand")
+        try:
+            atomic_write_bytes(target, data)
+        except OSError as exc:
+            raise HomeNotWritable(f"config {path} cannot be written: {exc.strerror or exc}"
+                                  ) from None
+    dropped = sorted(set(old or ()) - set(table_))
+    if old is None:
+        click.echo(f"added job {name} to {path}")
+    else:
+        click.echo(f"replaced job {name} in {path}"
+                   + (f" (dropped, not given: {', '.join(dropped)})" if dropped else ""))
+
+
+@contextlib.contextmanager
+def _locked(path: Path, folder: Path) -> Iterator[None]:
+    """The config's folder, locked (``flock``) while its file is read, changed and
+    replaced: the file itself is replaced, so a lock on it would protect nothing."""
     try:
-        doc = tomlkit.parse(text)
-    except Exception as exc:  # noqa: BLE001 - tomlkit raises several parse error types
-        raise ConfigError(f"config {path}: {exc}") from None
-    jobs_table = doc.setdefault("jobs", tomlkit.table(is_super_table=True))
-    if name in jobs_table and not replace:
-        raise InvalidInput(f"job {name!r} already exists in {path}; pass --replace to overwrite it")
-    entry = tomlkit.table()
-    for field, value in table_.items():
-        if field == "params":
-            inline = tomlkit.inline_table()
-            inline.update(value)
-            entry[field] = inline
-        else:
-            entry[field] = value
-    jobs_table[name] = entry
-    try:
-        data = tomlkit.dumps(doc).encode("utf-8")
-    except UnicodeEncodeError as exc:  # an argument holding bytes that are not UTF-8
-        raise InvalidInput(f"job {name!r}: {not_text(exc).message}") from None
-    try:
-        atomic_write_bytes(path, data)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
         raise HomeNotWritable(f"config {path} cannot be written: {exc.strerror or exc}") from None
-    click.echo(f"added job {name} to {path}")
+    try:
+        import fcntl  # POSIX only: imported where the lock is taken
+
+        with contextlib.suppress(OSError):  # a file system without locks: unlocked, as before
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _with_job(text: str, name: str, table_: dict[str, Any],
+              expected: dict[str, Any]) -> bytes | None:
+    """``text`` with ``[jobs.NAME]`` set to ``table_``, comments and formatting kept;
+    ``None`` when neither way of writing it reads back as ``expected`` (every other
+    entry unchanged)."""
+    import tomllib
+
+    import tomlkit  # only 'job add' edits TOML; keep it off every other command's start-up
+
+    def entry() -> Any:
+        out = tomlkit.table()
+        for field, value in table_.items():
+            if field == "params":
+                inline = tomlkit.inline_table()
+                inline.update(value)
+                out[field] = inline
+            else:
+                out[field] = value
+        return out
+
+    def edited() -> str:  # into the document, after the jobs already there
+        doc = tomlkit.parse(text)
+        doc.setdefault("jobs", tomlkit.table(is_super_table=True))[name] = entry()
+        return tomlkit.dumps(doc)
+
+    def appended() -> str:  # a new table at the end (jobs written with dotted keys)
+        jobs_ = tomlkit.table(is_super_table=True)
+        jobs_[name] = entry()
+        tail = tomlkit.document()
+        tail["jobs"] = jobs_
+        return text + ("\n" if text.endswith("\n") else "\n\n" if text else "") + tomlkit.dumps(tail)
+
+    for write in (edited, appended):
+        try:
+            out = write()
+            data = out.encode("utf-8")
+        except UnicodeEncodeError as exc:  # an argument holding bytes that are not UTF-8
+            raise InvalidInput(f"job {name!r}: {not_text(exc).message}") from None
+        except Exception:  # noqa: BLE001 - tomlkit refuses some layouts (an inline [jobs])
+            continue
+        try:
+            if tomllib.loads(out, parse_float=str) == expected:
+                return data
+        except tomllib.TOMLDecodeError:
+            continue
+    return None
