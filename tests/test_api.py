@@ -316,3 +316,24 @@ def test_a_process_that_dropped_its_attempt_mid_step_takes_it_over_itself(home: 
         assert again.status == "started", again.reason
         step = engine.ledger.step("report:2026-W41/send")
         assert step is not None and step.state == "unknown"
+
+
+def test_intend_refuses_an_absent_that_is_not_text_and_records_nothing(home: Path) -> None:
+    """``intend(absent=...)`` with bytes that are not UTF-8 (a surrogate-escaped file name):
+    one InvalidInput, as the ledger gives for such a value, and nothing recorded; it was a
+    UnicodeEncodeError from the attempt log. The attempt goes on."""
+    import os
+
+    from retrysafe.engine import Engine
+    from retrysafe.errors import InvalidInput
+
+    with Engine.open(home) as engine:
+        begun = engine.begin("report", {"week": "2026-W32"})
+        run = begun.run
+        assert run is not None
+        with pytest.raises(InvalidInput, match="not UTF-8 text"):
+            run.intend("send", "message", absent=os.fsdecode(b"shelf \xff"))
+        assert engine.ledger.steps(begun.key) == []
+        run.intend("send", "message", absent="shelf 3")
+        assert [s.state for s in engine.ledger.steps(begun.key)] == ["running"]
+        run.close(success=False, reason="test over")

@@ -34,6 +34,7 @@ from .errors import (
     StepFailed,
     StepUnknown,
     command_line,
+    not_text,
 )
 from .evidence import Evidence, FieldValue
 from .folders import AttemptFolder
@@ -641,6 +642,11 @@ class Run:
         where it looked and found nothing). Returns the step key.
         """
         cls = parse_class(effect_class)
+        if absent is not None:
+            try:  # it goes to the attempt log only: refused here, as the ledger refuses
+                absent.encode()
+            except UnicodeEncodeError as exc:
+                raise not_text(exc) from None
         step = self.ledger.step(self._step_key(name, item))
         decision = self.decide(name, cls, item=item, has_lookup=True,
                                looked_up=absent is not None, step=step, lookup_first=False)
