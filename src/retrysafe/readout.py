@@ -8,6 +8,7 @@ click, no engine, no config parsing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,31 @@ from .keys import step_suffix
 from .ledger import AttemptRecord, Event, OutcomeRecord, StepRecord
 from .timefmt import when
 
-__all__ = ["history_lines", "status_lines", "table_lines"]
+__all__ = ["history_lines", "one_line", "status_lines", "table_lines"]
+
+# control characters (a line break would split a row; an escape sequence would move the
+# cursor or recolour the terminal) and the bidirectional overrides that reorder what follows
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _shown(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in "\t\n\r":
+        return " "
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line a terminal shows as it is: tabs and line breaks become spaces,
+    other control characters and bidirectional overrides their escapes (``\\x1b``); a
+    reason, evidence or note can hold any of them (a human's note, an agent's error text)."""
+    return _UNSAFE.sub(_shown, text) if _UNSAFE.search(text) else text
 
 
 def table_lines(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    """A left-aligned table: upper-case headers, columns as wide as their widest cell."""
-    cells = [[str(c) for c in r] for r in rows]
+    """A left-aligned table: upper-case headers, columns as wide as their widest cell,
+    each cell one line (:func:`one_line`)."""
+    cells = [[one_line(str(c)) for c in r] for r in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
             for r in [[h.upper() for h in headers], *cells]]
@@ -34,7 +54,7 @@ def status_lines(home: Path, out: OutcomeRecord, attempts: Sequence[AttemptRecor
     """``retrysafe status KEY``: the outcome, its attempts, its steps and their evidence."""
     key = out.key
     lines = [f"outcome   {key}", f"job       {out.job}",
-             f"state     {out.state}" + (f": {out.reason}" if out.reason else "")]
+             f"state     {out.state}" + (f": {one_line(out.reason)}" if out.reason else "")]
     if hint:
         lines.append(f"unblock   {hint}")
     accepted = next((a.number for a in attempts if a.id == out.accepted_attempt), None)
@@ -59,7 +79,8 @@ def status_lines(home: Path, out: OutcomeRecord, attempts: Sequence[AttemptRecor
             lines += ["", "evidence"]
             for s, fields in named:
                 for field, value in fields.items():
-                    lines.append(f"  {s.name + (f'/{s.item}' if s.item else '')}.{field} = {value}")
+                    lines.append(f"  {s.name + (f'/{s.item}' if s.item else '')}.{field} = "
+                                 f"{one_line(str(value))}")
     return lines
 
 

@@ -117,11 +117,10 @@ def emit_json(obj: Any) -> None:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    cells = [[str(c) for c in r] for r in rows]
-    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
-    click.echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for r in cells:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    """Print :func:`~retrysafe.readout.table_lines`: each cell one line, as it is shown."""
+    from ..readout import table_lines
+
+    click.echo("\n".join(table_lines(headers, rows)))
 
 
 def login_name() -> str:

@@ -54,18 +54,26 @@ def _storage_error(exc: OSError) -> RetrysafeError | None:
     return None
 
 
+def _one_line(message: str) -> str:
+    """An error is one line, whatever text it quotes (a reason with line breaks, an
+    escape sequence in a value): :func:`retrysafe.readout.one_line`."""
+    from ..readout import one_line
+
+    return one_line(message)
+
+
 def exit_for(exc: BaseException) -> NoReturn:
     """One clear line and a documented exit code for ``exc``, never a traceback (the
     last line of defence of :func:`retrysafe.cli.main`)."""
     click: Any = sys.modules.get("click")  # a click exception means click is loaded
     if isinstance(exc, RetrysafeError):
-        echo(f"retrysafe: {exc.message}", err=True)
+        echo(f"retrysafe: {_one_line(exc.message)}", err=True)
         sys.exit(exc.exit_code)
     if click is not None and isinstance(exc, click.exceptions.Abort):
         echo("retrysafe: interrupted", err=True)
         sys.exit(130)
     if click is not None and isinstance(exc, click.ClickException):
-        echo(f"retrysafe: {exc.format_message()}", err=True)
+        echo(f"retrysafe: {_one_line(exc.format_message())}", err=True)
         sys.exit(EXIT_USAGE)
     if isinstance(exc, KeyboardInterrupt):
         echo("retrysafe: interrupted", err=True)
@@ -74,13 +82,13 @@ def exit_for(exc: BaseException) -> NoReturn:
         sys.exit(EXIT_FAILED)
     storage = _storage_error(exc) if isinstance(exc, OSError) else None
     if storage is not None:
-        echo(f"retrysafe: {storage.message}", err=True)
+        echo(f"retrysafe: {_one_line(storage.message)}", err=True)
         sys.exit(storage.exit_code)
     if os.environ.get(envvars.DEBUG):
         import traceback
 
         traceback.print_exception(exc)
-    echo(f"retrysafe: internal error: {type(exc).__name__}: {exc} "
+    echo(f"retrysafe: internal error: {type(exc).__name__}: {_one_line(str(exc))} "
          "(set RETRYSAFE_DEBUG=1 for the traceback)", err=True)
     sys.exit(EXIT_FAILED)
 

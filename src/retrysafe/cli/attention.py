@@ -9,6 +9,7 @@ import click
 from ..errors import EXIT_FAILED
 from ..housekeeping import Attention
 from ..housekeeping import needs_attention as find
+from ..readout import one_line
 from ..timefmt import when
 from ._common import emit_json, json_option, state
 
@@ -28,11 +29,11 @@ def show(items: list[Attention], as_json: bool, total: int | None = None) -> Non
         click.echo(f"{i.key}  {i.state}{f' ({i.cause})' if i.cause else ''}  since {when(i.since)}"
                    f"  job {i.job}")
         if i.reason:
-            click.echo(f"  reason  {i.reason}")
+            click.echo(f"  reason  {one_line(i.reason)}")
         for s in i.steps:
             click.echo(f"  step    {s['step']} {s['state']}"
                        + (f" ({s['cause']})" if s["cause"] else "")
-                       + (f": {s['reason']}" if s["reason"] else ""))
+                       + (f": {one_line(s['reason'])}" if s["reason"] else ""))
         click.echo(f"  settle  {i.unblock}")
     n = len(items) if total is None else max(total, len(items))
     click.echo(f"{n} outcome{'s' if n != 1 else ''} need{'s' if n == 1 else ''} attention"
