@@ -22,7 +22,7 @@ from typing import Any
 
 from .ledger.records import AttemptRecord, Holder
 
-__all__ = ["attempt_liveness", "group_alive", "hold", "holder_gone", "release", "this_holder"]
+__all__ = ["attempt_liveness", "carriers", "group_alive", "hold", "holder_gone", "release", "this_holder"]
 
 #: read ``/proc`` (Linux); otherwise ask psutil
 PROCFS = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
@@ -145,7 +145,7 @@ def holder_gone(holder: Holder) -> bool:
     return bool(holder.started and now and now != holder.started)
 
 
-def _carriers(attempt_id: str) -> list[int]:
+def carriers(attempt_id: str) -> list[int]:
     """Processes on this host that carry the attempt in their environment: the
     command ``retrysafe run`` started, the steps inside it, and their children,
     orphans included (their parent may be gone). Stopped processes count."""
@@ -172,7 +172,7 @@ def _carriers(attempt_id: str) -> list[int]:
 
 
 def _psutil_carriers(attempt_id: str, own: int) -> list[int]:
-    """:func:`_carriers` through psutil (the environment of our user's processes)."""
+    """:func:`carriers` through psutil (the environment of our user's processes)."""
     psutil = _psutil()
 
     found: list[int] = []
@@ -260,7 +260,7 @@ def attempt_liveness(attempt: AttemptRecord, runners: list[Holder]) -> tuple[boo
     alive = [h.pid for h in (holder, *runners) if h.pid is not None and h.host == holder.host
              and not (abandoned and h.pid == os.getpid()) and not holder_gone(h)]
     if not alive:  # the holder is gone: does something it started live on (orphans)?
-        alive = _carriers(attempt.id)
+        alive = carriers(attempt.id)
     if alive:
         return True, "still running on this host: " + ", ".join(_describe(p) for p in alive)
     if holder.pid is None:

@@ -5,7 +5,6 @@ retrysafe alone while an effect is under way (real processes, real SQLite)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -68,7 +67,7 @@ def test_a_command_that_cannot_be_executed_fails_its_attempt(home: Home, tmp_pat
         assert proc.stdout.startswith(f"failed: job:{n} (attempt 1): command could not start: "
                                       f"{script}: "), proc.stdout
         status = json.loads(home.run("status", f"job:{n}", "--json").stdout)
-        assert status["state"] == "failed", status
+        assert status["outcome"]["state"] == "failed", status
 
 
 def test_a_stop_signal_to_run_stops_what_its_command_left_running(
@@ -114,4 +113,3 @@ def test_a_stop_signal_to_a_step_without_timeout_reaches_its_command(
     again = home.run(*_step(home, "--attempt", attempt), env=env)
     assert again.returncode == 0 and again.stdout == "msg-1\n", again.stdout + again.stderr
     assert _sent(tmp_path) == ["sent"]
-    assert os.path.exists(tmp_path / "started")

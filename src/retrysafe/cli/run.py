@@ -40,7 +40,7 @@ from ..errors import (
 from ..keys import parse_assignments
 from ..ledger import AttemptRecord
 from ..states import ClaimStatus
-from ..supervise import run_command
+from ..supervise import CommandNotStarted, run_command
 from ._output import echo, exit_plain
 
 if TYPE_CHECKING:
@@ -108,6 +108,10 @@ def finish(result: dict[str, Any], lines: list[str], code: int, as_json: bool) -
         emit_json({**result, "exit_code": code})
     else:
         for line in lines:
+            if not line.isprintable():  # a reason with a line break or an escape sequence
+                from ..readout import one_line
+
+                line = one_line(line)
             echo(line)
     sys.exit(code)
 
@@ -220,8 +224,13 @@ def attempt_once(engine: Engine, job_name: str, params: Mapping[str, str], cmd: 
     assert attempt_run is not None and attempt_run.attempt is not None
     result["attempt"] = attempt_run.number
     crash_point("run", "after-begin")
+    rc: int | None
     # with --json, stdout carries the result alone: the command's output goes to stderr
-    rc = run_command(attempt_run, cmd, cwd=cwd, stdout=sys.stderr if as_json else None)
+    try:
+        rc = run_command(attempt_run, cmd, cwd=cwd, stdout=sys.stderr if as_json else None)
+        why = f"command exited {rc}" if rc >= 0 else f"command killed by signal {-rc}"
+    except CommandNotStarted as exc:  # it passed the check, yet cannot be executed
+        rc, why = None, str(exc)
     result["command_exit"] = rc
     if attempt_run.lost.is_set():
         why = (f"attempt {attempt_run.number} of {key} lost its lease to another attempt; "
@@ -229,7 +238,6 @@ def attempt_once(engine: Engine, job_name: str, params: Mapping[str, str], cmd: 
         result.update(status="stale", reason=why)
         return result, [f"stale: {why}"], EXIT_BUSY
     crash_point("run", "before-closeout")
-    why = f"command exited {rc}" if rc >= 0 else f"command killed by signal {-rc}"
     try:
         out = attempt_run.close(success=rc == 0, reason=why)
     except StaleAttempt as exc:

@@ -134,7 +134,7 @@ def _stop_group(proc: subprocess.Popen[bytes], first: int = signal.SIGTERM) -> N
 
 
 def run_bounded(argv: list[str], env: Mapping[str, str], *, stdout: Any, stderr: Any,
-                timeout: float | None, what: str) -> int:
+                timeout: float | None, what: str, pass_on: bool = False) -> int:
     """Run ``argv`` and return its exit status (negative: killed by that signal).
 
     With a ``timeout`` the command runs in a session (process group) of its
@@ -142,7 +142,9 @@ def run_bounded(argv: list[str], env: Mapping[str, str], *, stdout: Any, stderr:
     SIGKILL after :data:`KILL_GRACE` seconds) and :class:`TimeoutError` is
     raised; SIGTERM, SIGINT and SIGHUP sent to this process are passed on to
     the group, so what a scheduler or ``retrysafe run`` sends still reaches it.
-    Without one it stays in our process group, as any child does. A command
+    Without one it stays in our process group, as any child does; with
+    ``pass_on`` (an effect) those signals are passed on to it alone and we wait
+    for it to end, never leaving it running behind a retry's back. A command
     that cannot start raises :class:`EffectFailed`: nothing ran.
     """
     import subprocess
@@ -153,13 +155,24 @@ def run_bounded(argv: list[str], env: Mapping[str, str], *, stdout: Any, stderr:
                                 start_new_session=own_group)
     except OSError as exc:
         raise EffectFailed(f"{what} could not start: {argv[0]}: {exc.strerror or exc}") from None
+    main = threading.current_thread() is threading.main_thread()
     if not own_group:
+        def to_command(signum: int, _frame: FrameType | None) -> None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signum)
+
+        passed: dict[int, Any] = {}
+        if main and pass_on:
+            passed = {sig: signal.signal(sig, to_command) for sig in _FORWARDED}
         try:
             return proc.wait()
         except BaseException:
             proc.kill()
             proc.wait()
             raise
+        finally:
+            for signum, handler in passed.items():
+                signal.signal(signum, handler)
     got: list[threading.Timer] = []
 
     def kill_late() -> None:
@@ -176,7 +189,7 @@ def run_bounded(argv: list[str], env: Mapping[str, str], *, stdout: Any, stderr:
             got[0].start()
 
     previous: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
+    if main:
         previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
     try:
         try:
@@ -281,7 +294,7 @@ def command_execute(cmd: tuple[str, ...], env: Mapping[str, str], out: Path,
             follower = _Follower(out)
             try:
                 rc = run_bounded(list(cmd), {**env, envvars.STEP_KEY: step_key}, stdout=fh,
-                                 stderr=None, timeout=timeout, what="command")
+                                 stderr=None, timeout=timeout, what="command", pass_on=True)
             finally:
                 follower.stop()
             if rc == 0:
