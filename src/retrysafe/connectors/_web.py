@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
@@ -170,7 +171,7 @@ class JsonApi:
         headers = {**self.headers, **kwargs.pop("headers", {})}
         try:
             with self.client() as client:
-                return client.request(method, url, headers=headers, **kwargs)
+                return self.request(client, method, url, headers=headers, **kwargs)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise EffectFailed(
                 f"{self._at}cannot reach {httpx.URL(url).host}: {exc}; nothing was sent"
@@ -180,6 +181,25 @@ class JsonApi:
                 f"{self._at}{method} {shown} got no answer ({type(exc).__name__}); "
                 "the request may have been applied"
             ) from exc
+
+    def request(self, client: httpx.Client, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """One request whose whole answer must arrive within ``timeout``.
+
+        httpx bounds each read, not the answer: a server sending a byte at a time
+        would hold the step for ever. Past the deadline this raises
+        :class:`httpx.ReadTimeout`, a lost answer like any other."""
+        deadline = time.monotonic() + self.timeout
+        with client.stream(method, url, **kwargs) as resp:
+            raw = bytearray()
+            for chunk in resp.iter_raw():
+                raw += chunk
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout(
+                        f"the answer did not arrive within {self.timeout:g}s", request=resp.request
+                    )
+        # the raw bytes, so the answer is decoded (gzip...) as httpx always does
+        return httpx.Response(resp.status_code, headers=resp.headers, content=bytes(raw),
+                              request=resp.request)
 
     def effect(self, method: str, url: str, *, shown: str | None = None, **kwargs: Any) -> httpx.Response:
         """Send the effect request once and judge the answer: a 2xx is returned; a
@@ -203,7 +223,7 @@ class JsonApi:
 
     def _read_once(self, client: httpx.Client, url: str, kwargs: Mapping[str, Any]) -> httpx.Response:
         try:
-            resp = client.get(url, headers=self.headers, **kwargs)
+            resp = self.request(client, "GET", url, headers=self.headers, **kwargs)
         except httpx.HTTPError as exc:
             raise _Transient(f"no answer ({type(exc).__name__})") from exc
         if resp.status_code >= 500 or resp.status_code in UNCLEAR_4XX:

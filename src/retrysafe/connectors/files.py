@@ -92,7 +92,10 @@ class FileConnector(ConnectorBase):
             try:
                 file_mode = int(str(mode), 8)
             except ValueError:
-                raise ConfigError(f'{where}: mode must be octal like "644"') from None
+                file_mode = -1
+            # Permission bits only: "-1" would be chmod to 07777 (setuid, world-writable).
+            if isinstance(mode, bool) or not 0 <= file_mode <= 0o777:
+                raise ConfigError(f'{where}: mode must be octal permission bits like "644", not {mode!r}')
         return cls(
             name,
             target=optional_str(where, table, "target"),
@@ -234,6 +237,10 @@ class FileConnector(ConnectorBase):
         try:
             atomic_write(target, fill, exclusive=exclusive, mode=self.file_mode)
         except FileExistsError:
+            if target.is_symlink() and not target.exists():
+                raise EffectFailed(
+                    f"{target} is a symbolic link to a missing file; nothing was written. Remove it"
+                ) from None
             # Another writer created the target between our check and our link.
             raise EffectFailed(
                 f"{target} appeared while publishing; nothing was replaced. Check its content"

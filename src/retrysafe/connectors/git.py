@@ -27,6 +27,7 @@ Example config::
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,8 +43,10 @@ __all__ = ["TRAILER", "GitCommitConnector", "GitPushConnector"]
 TRAILER = "Retrysafe-Key"
 """The commit trailer that carries the step key."""
 
-# Network-free and prompt-free: a credential prompt would hang an unattended job.
-_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+# Prompt-free: a credential prompt would hang an unattended job. Literal pathspecs:
+# a path is the file it names, never a pattern (``*.md``, ``a[1].md``) or pathspec
+# magic (``:!README``, ``:/``) that would commit other files with it.
+_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_LITERAL_PATHSPECS": "1"}
 _TIMEOUT = 120.0
 
 # Phrases git prints when it never reached the remote: nothing can have changed.
@@ -149,12 +152,18 @@ class _GitBase(ConnectorBase):
 
     def _branch(self, repo: Path, payload: Payload) -> str:
         raw = payload.get("branch", self.branch)
-        if raw:
-            return str(raw)
-        head = _git(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
-        if head.code != 0:
-            raise InvalidInput(f"{repo}: HEAD is detached; set 'branch'")
-        return head.out.strip()
+        if not raw:
+            head = _git(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+            if head.code != 0:
+                raise InvalidInput(f"{repo}: HEAD is detached; set 'branch'")
+            return head.out.strip()
+        branch = str(raw)
+        # A name git cannot store (``a b``, ``x:y``, ``main..x``) would fail only at the
+        # push, as a refspec error that reads like a push cut short.
+        ref_ok = _git(repo, "check-ref-format", f"refs/heads/{branch}", check=False).code == 0
+        if not ref_ok or branch.startswith("-"):
+            raise InvalidInput(f"connector {self.name!r}: {branch!r} is not a valid branch name")
+        return branch
 
     def _remote(self, repo: Path) -> str | None:
         """The configured remote, or ``origin`` when the repository has one."""
@@ -178,6 +187,15 @@ class _GitBase(ConnectorBase):
         return _first_line(res.err)
 
 
+# A line of a message that git could read as our trailer (any case, spaces before ':').
+_OWN_TRAILER = re.compile(rf"^{TRAILER}[ \t]*:", re.IGNORECASE | re.MULTILINE)
+
+
+def _written(step_key: str) -> str:
+    """The key as the trailer holds it: git trims the spaces around a trailer's value."""
+    return step_key.strip(" ")
+
+
 def _has_commit(repo: Path, ref: str) -> bool:
     return _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False).code == 0
 
@@ -186,6 +204,7 @@ def _commits_with_key(repo: Path, ref: str, step_key: str) -> list[str]:
     """SHAs on ``ref`` whose ``Retrysafe-Key`` trailer is exactly ``step_key``, oldest first."""
     if not _has_commit(repo, ref):
         return []
+    key = _written(step_key)
     # --grep narrows the walk cheaply; the trailer parse below makes it exact
     # (the grep would also match the key quoted in a message body).
     res = _git(
@@ -193,14 +212,14 @@ def _commits_with_key(repo: Path, ref: str, step_key: str) -> list[str]:
         "log",
         ref,
         "--fixed-strings",
-        f"--grep={TRAILER}: {step_key}",
+        f"--grep={TRAILER}: {key}",
         f"--format=%H%x00%(trailers:key={TRAILER},valueonly,separator=%x01)%x00",
     )
     found = []
     for record in res.out.split("\x00\n"):
         sha, _, values = record.strip("\n").partition("\x00")
         values = values.rstrip("\x00")
-        if sha and step_key in [v.strip() for v in values.split("\x01")]:
+        if sha and key in [v.strip(" ") for v in values.split("\x01")]:
             found.append(sha.strip())
     return list(reversed(found))
 
@@ -240,6 +259,12 @@ class GitCommitConnector(_GitBase):
         message = payload.get("message")
         if not isinstance(message, str) or not message.strip():
             raise InvalidInput(f"connector {self.name!r}: payload needs a 'message'")
+        if _OWN_TRAILER.search(message):
+            # A copied trailer would make this commit claim another step's key too.
+            raise InvalidInput(
+                f"connector {self.name!r}: the message has its own '{TRAILER}:' line; "
+                "remove it, the connector adds the step's key itself"
+            )
         paths = _paths(payload.get("paths"))
         self._check_paths(repo, paths)
         return repo, branch, message, paths

@@ -311,6 +311,13 @@ class HttpConnector(ConnectorBase):
 
     # --- lookup -------------------------------------------------------------
 
+    @property
+    def can_look_up(self) -> bool:
+        """Without ``lookup_url`` (and not idempotent) the lookup can only ask a
+        human, so it is not asked before a first send: a webhook is sent, not
+        blocked before it ever was."""
+        return self.lookup_url is not None or self.idempotent
+
     def lookup(self, step_key: str, payload: Payload) -> LookupResult:
         """GET ``lookup_url``: 200 is Found, 404 Absent (a search: 0, 1 or more results);
         transient answers are retried."""
