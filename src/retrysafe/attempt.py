@@ -79,6 +79,26 @@ def _whose(name: str, item: str | None) -> str:
     return f"item {item} of step {name}" if item else f"step {name}"
 
 
+def _unfit_evidence(evidence: object) -> str:
+    """What is wrong with what an ``execute`` returned as evidence ('': nothing; ``None``
+    is taken as no evidence): not text, or text no ledger can store."""
+    if evidence is None:
+        return ""
+    if isinstance(evidence, str):
+        if "\x00" in evidence:
+            return "evidence with a NUL character, which a ledger cannot store"
+        try:
+            evidence.encode()
+        except UnicodeEncodeError:
+            return "evidence that is not UTF-8 text"
+        return ""
+    try:
+        shown = repr(evidence)
+    except Exception:  # noqa: BLE001 - a value that cannot even be shown
+        shown = "?"
+    return f"{type(evidence).__name__} {shown[:100]}, not the evidence as text"
+
+
 @dataclass(frozen=True)
 class Decision:
     """What to do about one effect step (``retrysafe check``).
@@ -126,6 +146,7 @@ class Run:
         self._known = ({s.step_key: s for s in steps}
                        if steps is not None and attempt is None else None)
         self._beat: heartbeat.Beat | None = None
+        self._closed: OutcomeRecord | None = None  # how close() ended the attempt
         self.on_lost: Callable[[], None] | None = None
         self._crash_point = injector()  # drills and tests: RETRYSAFE_CRASH_AT
         #: the furthest progress mark this run knows its outcome has reached
@@ -450,11 +471,13 @@ class Run:
 
         Give either ``execute`` (and ideally ``lookup``), or a ``connector`` with
         its ``payload``. ``execute`` receives the step key to hand to the
-        provider and returns the evidence; it raises
+        provider and returns the evidence (text: anything else leaves the step
+        ``unknown``, :class:`~retrysafe.errors.StepUnknown`); it raises
         :class:`~retrysafe.connectors.EffectFailed` when nothing happened.
         ``lookup`` receives the step key and answers
         :class:`~retrysafe.connectors.Found`, ``ABSENT`` or
-        :class:`~retrysafe.connectors.Ambiguous`.
+        :class:`~retrysafe.connectors.Ambiguous` (any other answer is refused,
+        :class:`~retrysafe.errors.InvalidInput`, and nothing executes).
         """
         skey = self._step_key(name, item)  # a bad name or item is refused first
         cls, execute, lookup = self._bind(name, effect_class, execute, lookup, connector, payload)
@@ -475,6 +498,12 @@ class Run:
                     "fingerprint": fp}
         known_as = {k: v for k, v in known_as.items() if v is not None}
         step = self._known.get(skey) if self._known is not None else self.ledger.step(skey)
+        if step is not None and step.kind == "generate":
+            # its evidence is an artifact's checksum: taken as this effect's, the effect
+            # would never happen
+            raise InvalidInput(f"step {name} of {self.key} is a generate step, not an effect; "
+                               "give the effect another step name or item",
+                               key=self.key, step=name, state=step.state)
         if fp and step is not None and step.fingerprint and step.fingerprint != fp:
             return self._update_in_place(skey, name, item, step, connector, payload, fp,
                                          allow_update)
@@ -518,6 +547,10 @@ class Run:
             lookup = lookup or (lambda skey: conn.lookup(skey, data))
         if execute is None or effect_class is None:
             raise InvalidInput(f"step {name}: give execute= and an effect class, or a connector")
+        for what, given in (("execute", execute), ("lookup", lookup)):
+            if given is not None and not callable(given):  # refused before any intent
+                raise InvalidInput(f"step {name}: {what}= must be a function of the step key, "
+                                   f"not {type(given).__name__} {given!r:.60}")
         return parse_class(effect_class), execute, lookup
 
     def _update_in_place(self, skey: str, name: str, item: str | None, step: StepRecord,
@@ -553,7 +586,7 @@ class Run:
                 name, item, step,
                 f"{name} may have happened ({step.reason if step else 'unknown'}) and there is no "
                 f"lookup to tell: check the external system for {skey}", BlockCause.NO_LOOKUP)
-        from .connectors.base import Ambiguous, Found  # (a command's run never looks up)
+        from .connectors.base import Absent, Ambiguous, Found  # (a command's run never looks up)
 
         try:
             result = lookup(skey)
@@ -562,6 +595,14 @@ class Run:
                 f"step {name} of {self.key} is {state} and the lookup failed "
                 f"({type(exc).__name__}: {exc}); it stays {state}, try again later",
                 key=self.key, step=name, state=state) from None
+        if not isinstance(result, (Found, Absent, Ambiguous)) or (
+                isinstance(result, Found) and not isinstance(result.evidence, str)):
+            # only an answer of the lookup's own types decides; anything else (a bare
+            # evidence string, None, True) is no "absent", so nothing is executed
+            raise InvalidInput(
+                f"step {name} of {self.key}: the lookup answered {result!r:.100}, not "
+                "Found(evidence text), ABSENT or Ambiguous(reason); nothing was executed and "
+                f"the step stays {state}", key=self.key, step=name, state=state)
         if isinstance(result, Found):
             return self.settle_found(name, result.evidence, item=item, fields=known_as)
         if isinstance(result, Ambiguous):
@@ -607,6 +648,15 @@ class Run:
                     key=self.key, step=name, state=_S.UNKNOWN) from exc
             raise
         self._crash_point(name, "after-execute")
+        unfit = _unfit_evidence(evidence)
+        if unfit:
+            # it returned, so it may have acted: unknown (looked up next), never done
+            # with evidence the ledger cannot hold, nor a generator that never ran as done
+            reason = f"execute returned {unfit}"
+            self.mark_unknown(name, reason, item=item)
+            raise StepUnknown(
+                f"step {name} of {self.key} may or may not have happened ({reason}); "
+                "the next run looks it up first", key=self.key, step=name, state=_S.UNKNOWN)
         self._record(skey, name, item, evidence)
         return evidence
 
@@ -881,5 +931,9 @@ class Run:
         return closeout.acceptance_problems(self, steps, attempt_dir)
 
     def close(self, success: bool, reason: str = "") -> OutcomeRecord:
-        """Close-out: ``done`` only when every check passes; otherwise what the steps say."""
-        return closeout.close(self, success, reason)
+        """Close-out: ``done`` only when every check passes; otherwise what the steps say.
+        An attempt closes once: a later call (the ``with`` block's end after an explicit
+        close inside it) returns how it closed."""
+        if self._closed is None:
+            self._closed = closeout.close(self, success, reason)
+        return self._closed

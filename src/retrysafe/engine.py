@@ -30,6 +30,7 @@ from .errors import (
     AttemptsExhausted,
     Busy,
     InvalidInput,
+    InvalidParameter,
     NotInAttempt,
     OutcomeBlocked,
     RetrysafeError,
@@ -194,6 +195,14 @@ class Engine:
         self, job: str, params: Mapping[str, str], now: datetime | None = None
     ) -> tuple[Job, str, dict[str, str]]:
         spec = self.config.job(job)
+        if not isinstance(params, Mapping):
+            raise InvalidParameter(f"job {spec.name!r}: give the parameters as a mapping of "
+                                   f"names to text values, not {type(params).__name__}")
+        for name, value in params.items():
+            if value is not None and not isinstance(value, str):
+                raise InvalidParameter(
+                    f"job {spec.name!r}: parameter {name!r} is {type(value).__name__}, not "
+                    "text; give its value as a str (as on the command line)")
         key, canonical = spec.outcome_key(params, now)
         trial = os.environ.get(envvars.DRILL_TRIAL)
         if trial:
@@ -470,6 +479,9 @@ def start(
     heartbeat: bool = True,
 ) -> AbstractContextManager[Run]:
     """Start (or resume) an attempt at the outcome, and close it out on exit.
+
+    ``params`` maps the job's parameter names to text values, as on the command
+    line (another type is refused: :class:`~retrysafe.errors.InvalidParameter`).
 
     If the outcome is already ``done`` the yielded run is read-only: ``generate``
     and ``effect`` return the recorded artifact and evidence and execute
