@@ -188,3 +188,20 @@ def test_an_execute_or_lookup_that_is_not_a_function_is_refused_before_the_inten
     assert _states(home, "report:w9") == ("failed", {})
     with retrysafe.start("report", {"week": "w9"}, home=home) as run:
         assert run.effect("send", "message", execute=lambda k: "msg-1") == "msg-1"
+
+
+def test_a_busy_answer_names_each_live_process_once(tmp_path: Path) -> None:
+    """The holder that also runs one of its steps is one process: the busy answer names it
+    once (it was 'pid N (python), pid N (python)')."""
+    from retrysafe.ledger import Holder
+    from retrysafe.ledger.records import AttemptRecord
+    from retrysafe.process import attempt_liveness, this_holder
+
+    me = this_holder()
+    attempt = AttemptRecord(id="a1", outcome_key="k", number=1, fence=1, state="active",
+                            result="", holder=Holder(me.host, 1, None), lease_expires=0.0,
+                            context={}, started_at=0.0, ended_at=None)
+    runner = Holder(me.host, 1, None)  # pid 1 lives on every Linux host
+    alive, why = attempt_liveness(attempt, [runner])
+    assert alive is True
+    assert why.count("pid 1 ") == 1, why

@@ -262,7 +262,9 @@ def attempt_liveness(attempt: AttemptRecord, runners: list[Holder]) -> tuple[boo
     if not alive:  # the holder is gone: does something it started live on (orphans)?
         alive = carriers(attempt.id)
     if alive:
-        return True, "still running on this host: " + ", ".join(_describe(p) for p in alive)
+        # (the holder is often also the runner of its own steps: each process once)
+        return True, "still running on this host: " + ", ".join(
+            _describe(p) for p in dict.fromkeys(alive))
     if holder.pid is None:
         return None, ""
     return False, "holder process is gone"
