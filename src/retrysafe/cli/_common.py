@@ -75,6 +75,22 @@ def params_option(help: str = "A job parameter (repeat for each).") -> Callable[
     return click.option("-p", "--param", "params", multiple=True, metavar="NAME=VALUE", help=help)
 
 
+class _Seconds(click.FloatRange):
+    """Seconds above 0 and at most 1e9; ``nan`` (which every comparison lets through) is
+    refused too."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        got = super().convert(value, param, ctx)
+        if got != got:
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return got
+
+
+#: a timeout option's type: seconds above 0, at most 1e9, never ``nan``
+SECONDS = _Seconds(min=0, min_open=True, max=1e9)
+
+
 def _stored_key(_ctx: click.Context, _param: click.Parameter, key: str) -> str:
     """KEY as typed, or as the ledger holds it when it holds it only in the other
     Unicode normal form: a terminal or a copy can decompose ``é`` (NFD) in a key

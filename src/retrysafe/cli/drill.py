@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
 from ..drill import POINT_SETS, Drill, render_table
 from ..fsio import atomic_write_json
 from ..keys import parse_assignments
-from ._common import params_option, state
-
-
-class _Seconds(click.FloatRange):
-    """Seconds above 0 and at most 1e9; ``nan`` (which every comparison lets through) is
-    refused too."""
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:
-        got = super().convert(value, param, ctx)
-        if got != got:
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        return got
+from ._common import SECONDS, params_option, state
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -36,7 +23,7 @@ class _Seconds(click.FloatRange):
                    "A pattern that matches no trial is refused.")
 @click.option("--max-reruns", default=5, show_default=True, metavar="N",
               help="Re-runs after the fault before a trial gives up.")
-@click.option("--timeout", type=_Seconds(min=0, min_open=True, max=1e9), default=600.0,
+@click.option("--timeout", type=SECONDS, default=600.0,
               show_default=True, metavar="SECONDS", help="Longest one run may take.")
 @click.option("--json", "json_file", metavar="FILE", help="Write the full report as JSON.")
 @click.option("--id", "drill_id", metavar="ID", help="Drill id (default: random).")

@@ -27,7 +27,7 @@ from ..fsio import lstat_no_link, open_output
 from ..keys import check_name, parse_assignments, slug, step_key
 from ..process import group_alive
 from ..states import StepState
-from ._common import emit_json, json_option, state
+from ._common import SECONDS, emit_json, json_option, state
 
 if TYPE_CHECKING:
     import subprocess
@@ -348,19 +348,6 @@ def _payload(payload_file: str | None, pairs: tuple[str, ...]) -> dict[str, Any]
 
 
 _CMD_SETTINGS = {"ignore_unknown_options": True}
-class _Seconds(click.FloatRange):
-    """Seconds above 0 and at most 1e9; ``nan`` (which every comparison lets through) is
-    refused too."""
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:
-        got = super().convert(value, param, ctx)
-        if got != got:
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        return got
-
-
-_SECONDS = _Seconds(min=0, min_open=True, max=1e9)
 
 
 @click.command(context_settings=_CMD_SETTINGS)
@@ -375,7 +362,7 @@ _SECONDS = _Seconds(min=0, min_open=True, max=1e9)
 @click.option("--with", "with_pairs", multiple=True, metavar="KEY=VALUE", help="Connector payload field.")
 @click.option("--allow-update", is_flag=True,
               help="Let an updatable connector replace a changed payload in place.")
-@click.option("--timeout", type=_SECONDS, metavar="SECONDS",
+@click.option("--timeout", type=SECONDS, metavar="SECONDS",
               help="Kill CMD's process group after this long (the step is then unknown); a "
               "--check running this long is ambiguous. Default: the job's step_timeout and "
               "check_timeout.")
@@ -451,7 +438,7 @@ def step(name: str, effect_class: str | None, item: str | None, check: str | Non
               "--item, NAME+ITEM).")
 @click.option("--validate", metavar="SHELL", help="Command that must exit 0 for the artifact to be accepted.")
 @click.option("--item", metavar="ID", help="Per-item work: the step key gets /ID.")
-@click.option("--timeout", type=_SECONDS, metavar="SECONDS",
+@click.option("--timeout", type=SECONDS, metavar="SECONDS",
               help="Kill CMD's (or --validate's) process group after this long: the step "
               "fails. Default: the job's step_timeout (check_timeout for --validate).")
 @click.option("--attempt", "attempt_id", metavar="ID", help="Attempt id (default: $RETRYSAFE_ATTEMPT_ID).")
