@@ -53,6 +53,8 @@ def _no_controls(label: str, value: str) -> None:
 
     for ch in value:
         category = unicodedata.category(ch)
+        if category == "Cs":  # a lone surrogate: bytes that are not UTF-8, as argv keeps them
+            raise InvalidParameter(f"{label}: the value is not UTF-8 text")
         if category in ("Cc", "Cf", "Zl", "Zp"):
             kind = {"Cc": "control", "Cf": "invisible"}.get(category, "line break")
             raise InvalidParameter(f"{label}: {kind} character U+{ord(ch):04X} is not allowed")

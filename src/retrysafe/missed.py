@@ -91,12 +91,6 @@ def _check_given(engine: Engine, job_name: str, name: str, given: Mapping[str, s
             f"-p {name}: {name!r} is the job's occurrence, filled in for each one in the range; "
             f"leave it out (that occurrence alone: retrysafe run {quote(job_name)}{others} "
             f"-p {quote(f'{name}={given[name]}')} -- CMD)")
-    for k, v in given.items():
-        try:
-            v.encode()
-        except UnicodeEncodeError:
-            raise InvalidParameter(f"parameter {k!r}: the value is not UTF-8 text; give it as "
-                                   "text (decode the bytes, or encode them, e.g. as hex)") from None
     engine.config.job(job_name).resolve_params(given)  # the occurrence left out: the latest
 
 

@@ -150,11 +150,6 @@ def _check_fixed(job: Job, item_param: str, fixed: Mapping[str, str], now: datet
     if unknown:
         raise InvalidParameter(f"job {job.name!r}: unknown parameter {unknown[0]!r} "
                                f"(declared: {', '.join(job.params)})")
-    for name, value in fixed.items():
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise InvalidParameter(f"parameter {name!r}: the value is not UTF-8 text") from None
     others = {name: kind for name, kind in job.params.items() if name != item_param}
     dataclasses.replace(job, params=others).resolve_params(fixed, now)
 
