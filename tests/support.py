@@ -72,3 +72,23 @@ class Home:
             else:
                 out[str(p.relative_to(self.path))] = p.read_bytes()
         return out
+
+
+def executable(path: Path, text: str) -> Path:
+    """``text`` written to ``path`` and made executable (a stand-in program)."""
+    import stat
+
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def can_map_an_unknown_uid() -> bool:
+    """Can a process run here as uid 4242, which has no user name (``unshare -U``)?"""
+    import shutil
+
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-U", "--map-user=4242", "--map-group=4242", "true"],
+                           capture_output=True, check=False)
+    return probe.returncode == 0

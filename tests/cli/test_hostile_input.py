@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import Home
+from support import Home, can_map_an_unknown_uid
 
 CONFIG = """
 [jobs.team]
@@ -189,17 +189,7 @@ def test_a_config_holding_a_tilde_template_still_runs_its_other_jobs(home: Home)
     assert len(refused.stderr.strip().splitlines()) == 1
 
 
-def _can_map_an_unknown_uid() -> bool:
-    import shutil
-
-    if shutil.which("unshare") is None:
-        return False
-    probe = subprocess.run(["unshare", "-U", "--map-user=4242", "--map-group=4242", "true"],
-                           capture_output=True, check=False)
-    return probe.returncode == 0
-
-
-@pytest.mark.skipif(not _can_map_an_unknown_uid(), reason="needs unshare -U --map-user")
+@pytest.mark.skipif(not can_map_an_unknown_uid(), reason="needs unshare -U --map-user")
 def test_a_decision_under_a_uid_with_no_user_name_is_recorded_as_uid_n(home: Home) -> None:
     """A container's arbitrary uid (no passwd entry, no USER): a deciding command records
     its actor as uidN@host instead of failing with an internal error (KeyError)."""

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import shlex
-import stat
 import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from support import Home
+from support import Home, executable
 
 REPORT = """
 [jobs.report]
@@ -25,12 +24,6 @@ key = "report:{region}:{occurrence}"
 schedule = "0 7 * * 1"
 params = { region = "str", occurrence = "occurrence" }
 """
-
-
-def executable(path: Path, text: str) -> Path:
-    path.write_text(text)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return path
 
 
 @pytest.fixture

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import shlex
-import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from support import Home
+from support import Home, executable
 
 CONFIG = """
 [jobs.report]
@@ -61,12 +60,6 @@ elif args[:2] == ["cron", "runs"]:
 else:
     sys.exit(2)
 """
-
-
-def executable(path: Path, text: str) -> Path:
-    path.write_text(text)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return path
 
 
 @pytest.fixture

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 
 import httpx
 import pytest
 from conftest import KEY, Server, Site, make_site, start_server, stop_server
-from support import Home
+from support import Home, can_map_an_unknown_uid
 
 
 def test_non_ascii_cookie_or_csrf_token_is_refused_not_a_server_error(
@@ -79,15 +78,7 @@ def test_a_token_or_name_that_cannot_work_is_one_line_exit_2(
     assert b"listening" not in proc.stdout
 
 
-def _can_map_an_unknown_uid() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    probe = subprocess.run(["unshare", "-U", "--map-user=4242", "--map-group=4242", "true"],
-                           capture_output=True, check=False)
-    return probe.returncode == 0
-
-
-@pytest.mark.skipif(not _can_map_an_unknown_uid(), reason="needs unshare -U --map-user")
+@pytest.mark.skipif(not can_map_an_unknown_uid(), reason="needs unshare -U --map-user")
 def test_a_uid_with_no_user_name_still_serves(site: Site) -> None:
     """A container's arbitrary uid (no passwd entry, no USER): the dashboard starts,
     decisions recorded as ui:uidN, instead of an internal error."""
