@@ -67,9 +67,9 @@ def build(home: Path, n: int) -> None:
             steps.append((f"{key}/send", key, "send", "effect", "message", step_state, aid, 1,
                           None if waiting else f"msg-{i}", reason, "no_lookup" if state == "blocked" else "",
                           1, t + 1, t + 4))
-            events += [(key, "", t, aid, 1, "attempt-1", "attempt", "", "active", ""),
-                       (key, f"{key}/send", t + 1, aid, 1, "attempt-1", "step", "", "running", ""),
-                       (key, f"{key}/send", t + 4, aid, 1, "attempt-1", "step", "running", step_state, reason)]
+            events += [(key, "", t, "attempt", "", "active", ""),
+                       (key, "/send", t + 1, "step", "", "running", ""),
+                       (key, "/send", t + 4, "step", "running", step_state, reason)]
         conn.executemany("INSERT INTO rs_outcomes (key, job, params, state, reason, cause, fence, attempts,"
                          " current_attempt, accepted_attempt, created_at, updated_at)"
                          " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", outcomes)
@@ -81,22 +81,24 @@ def build(home: Path, n: int) -> None:
         conn.executemany("INSERT INTO rs_steps (step_key, outcome_key, name, kind, effect_class, state,"
                          " attempt_id, fence, evidence, reason, cause, tries, created_at, updated_at)"
                          " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", steps)
-        conn.executemany("INSERT INTO rs_events (outcome_key, step_key, at, attempt_id, fence, actor, kind,"
-                         " from_state, to_state, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", events)
+        # the history as the ledger stores it (migration 11): by the outcome's id, attempt 1
+        conn.executemany("INSERT INTO rs_history (outcome, step, at, attempt, fence, kind, from_state,"
+                         " to_state, reason) VALUES ((SELECT id FROM rs_outcomes WHERE key = ?), ?, ?,"
+                         " 1, 1, ?, ?, ?, ?)", events)
         log(f"   built {min(n, start + _BATCH):,} of {n:,} outcomes")
     conn.execute("COMMIT")
     conn.execute("ANALYZE")
     conn.close()
-    # the trigger the bulk load dropped: migration 3 again, as the ledger has it
+    # the trigger the bulk load dropped, as the ledger has it (migration 11's)
     from retrysafe.ledger import open_backend
     from retrysafe.ledger.migrations import MIGRATIONS, statements
 
     backend = open_backend(f"sqlite:///{db}")
     try:
-        script = next(s for v, _, s in MIGRATIONS if v == 3)
+        script = next(s for v, _, s in MIGRATIONS if v == 11)
         with backend.transaction() as tx:
             for stmt in statements(backend, script):
-                if "rs_steps_created" in stmt:
+                if stmt.startswith("CREATE TRIGGER rs_steps_created"):
                     tx.run(stmt)
     finally:
         backend.close()
@@ -106,7 +108,7 @@ def build(home: Path, n: int) -> None:
 def _built(n: int) -> str:
     """What a finished cache's ``built`` file holds; a cache built by an older version of
     this script (its parameters did not render its keys) is built again."""
-    return f"{n} v2"
+    return f"{n} v3"
 
 
 def cached_home(cache: Path, n: int) -> Path:

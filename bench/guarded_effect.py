@@ -206,7 +206,7 @@ class _Counter:
         elif kind in ("INSERT", "UPDATE", "DELETE", "WITH") and self.autocommit \
                 and not self._in_tx:
             self.implicit += 1
-        if sql.startswith(("INSERT INTO rs_events", "INSERT INTO base_events")):
+        if sql.startswith(("INSERT INTO rs_history", "INSERT INTO base_events")):
             self.history_inserts += 1
         self.kinds[kind] = self.kinds.get(kind, 0) + 1
 
@@ -268,14 +268,14 @@ def anatomy(n: int, workdir: Path) -> dict[str, dict[str, float]]:
             run.effect("warm", "local_write", execute=_execute)
             backend: Any = run.ledger.backend
             conn = backend._conn()  # the SQLite connection this thread's transactions use
-            before = conn.execute("SELECT COUNT(*) FROM rs_events").fetchone()[0]
+            before = conn.execute("SELECT COUNT(*) FROM rs_history").fetchone()[0]
             conn.set_trace_callback(lib.statement)
             counting.append(lib)
             for i in range(n):
                 run.effect(f"s{i}", "local_write", execute=_execute)
             counting.clear()
             conn.set_trace_callback(None)
-            lib.history_rows = conn.execute("SELECT COUNT(*) FROM rs_events").fetchone()[0] - before
+            lib.history_rows = conn.execute("SELECT COUNT(*) FROM rs_history").fetchone()[0] - before
         bconn = sqlite3.connect(home / "base.sqlite3", isolation_level=None)
         bconn.execute("PRAGMA journal_mode = WAL")
         bconn.execute("PRAGMA synchronous = FULL")

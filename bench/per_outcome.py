@@ -170,7 +170,7 @@ def rs_floor(sync: str) -> Contestant:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA foreign_keys = ON")
         quiet, durable = "PRAGMA synchronous = NORMAL", f"PRAGMA synchronous = {sync.upper()}"
-        started = "b4f72abc-946b-48f6-a4b3-9a5e3378fdb2:223332"  # a boot id and start ticks
+        started = "b4f72abc946b:223332"  # a boot id (as recorded, 12 digits) and start ticks
         x = conn.execute
 
         def one(k: str) -> None:
@@ -188,10 +188,11 @@ def rs_floor(sync: str) -> Contestant:
               " holder_pid, holder_started, lease_expires, context, started_at)"
               " VALUES (?, ?, 1, 1, 'active', 'host', ?, ?, ?, '{}', ?)",
               (aid, key, pid, started, now + 900, now))
-            x("INSERT INTO rs_events (outcome_key, at, attempt_id, fence, actor, kind, from_state,"
-              " to_state, reason) VALUES (?, ?, ?, 1, 'attempt-1', 'attempt', '', 'active', ?),"
-              " (?, ?, ?, 1, 'attempt-1', 'outcome', 'planned', 'running', '')",
-              (key, now, aid, f"attempt 1 started on host pid {pid}", key, now, aid))
+            oid = x("SELECT id FROM rs_outcomes WHERE key = ?", (key,)).fetchone()[0]
+            x("INSERT INTO rs_history (outcome, at, attempt, fence, kind, from_state, to_state,"
+              " reason) VALUES (?, ?, 1, 1, 'attempt', '', 'active', ?),"
+              " (?, ?, 1, 1, 'outcome', 'planned', 'running', '')",
+              (oid, now, f"attempt 1 started on host pid {pid}", oid, now))
             x("COMMIT")
             x(durable)
             x("INSERT INTO rs_steps (step_key, outcome_key, name, kind, effect_class, state,"
@@ -204,9 +205,8 @@ def rs_floor(sync: str) -> Contestant:
             x("UPDATE rs_steps SET previous_state = state, state = 'done', reason = '',"
               " evidence = ?, updated_at = ? WHERE step_key = ? AND state = 'running'",
               (result, now, step))
-            x("INSERT INTO rs_events (outcome_key, at, attempt_id, fence, actor, kind, from_state,"
-              " to_state) VALUES (?, ?, ?, 1, 'attempt-1', 'outcome', 'running', 'delivered')",
-              (key, now, aid))
+            x("INSERT INTO rs_history (outcome, at, attempt, fence, kind, from_state, to_state)"
+              " VALUES (?, ?, 1, 1, 'outcome', 'running', 'delivered')", (oid, now))
             x("UPDATE rs_outcomes SET state = 'delivered', updated_at = ? WHERE key = ?",
               (now, key))
             x("COMMIT")
@@ -216,10 +216,9 @@ def rs_floor(sync: str) -> Contestant:
               " WHERE id = ?", (now, aid))
             x("UPDATE rs_outcomes SET state = 'done', updated_at = ?, current_attempt = NULL,"
               " accepted_attempt = ? WHERE key = ?", (now, aid, key))
-            x("INSERT INTO rs_events (outcome_key, at, attempt_id, fence, actor, kind, from_state,"
-              " to_state, reason) VALUES (?, ?, ?, 1, 'attempt-1', 'attempt', 'active', 'finished',"
-              " 'result done'), (?, ?, ?, 1, 'attempt-1', 'outcome', 'delivered', 'done', '')",
-              (key, now, aid, key, now, aid))
+            x("INSERT INTO rs_history (outcome, at, attempt, fence, kind, from_state, to_state,"
+              " reason) VALUES (?, ?, 1, 1, 'attempt', 'active', 'finished', 'result done'),"
+              " (?, ?, 1, 1, 'outcome', 'delivered', 'done', '')", (oid, now, oid, now))
             x("COMMIT")
             x(durable)
 

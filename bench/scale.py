@@ -166,7 +166,9 @@ def forget_written(home: Path) -> int:
     conn = sqlite3.connect(home / "ledger.sqlite3", timeout=60, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
-        for table in ("rs_events", "rs_steps", "rs_attempts", "rs_notifications"):
+        conn.execute("DELETE FROM rs_history WHERE outcome IN (SELECT id FROM rs_outcomes"
+                     " WHERE key >= ? AND key < ?)", (lo, hi))
+        for table in ("rs_steps", "rs_attempts", "rs_notifications"):
             conn.execute(f"DELETE FROM {table} WHERE outcome_key >= ? AND outcome_key < ?",
                          (lo, hi))
         gone = conn.execute("DELETE FROM rs_outcomes WHERE key >= ? AND key < ?", (lo, hi)).rowcount

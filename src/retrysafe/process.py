@@ -62,11 +62,12 @@ def _psutil() -> Any:
 
 @functools.cache
 def _boot_id() -> str:
-    """What names this boot of the host: Linux's boot id, else ``boot-`` and the
-    boot time in whole seconds; ``""`` when neither can be read."""
+    """What names this boot of the host: Linux's boot id (its first 12 hex digits,
+    :func:`_short_boot`), else ``boot-`` and the boot time in whole seconds; ``""``
+    when neither can be read."""
     if PROCFS:
         try:
-            return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+            return _short_boot(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
         except OSError:
             return ""
     try:
@@ -75,6 +76,21 @@ def _boot_id() -> str:
         return f"boot-{round(psutil.boot_time())}"
     except Exception:  # noqa: BLE001 - no boot time: reboots are told by the pid check alone
         return ""
+
+
+def _short_boot(boot: str) -> str:
+    """A Linux boot id (a random uuid) as its first 12 hex digits: 48 random bits
+    tell one boot of a host from another as well (a holder must match its pid and
+    start time too), in 24 bytes less of every attempt and step row. Any other
+    form is kept as it is."""
+    return boot.replace("-", "")[:12] if len(boot) == 36 and boot.count("-") == 4 else boot
+
+
+def _same_form(started: str) -> str:
+    """A recorded start time in today's form: earlier versions recorded the whole
+    boot id, and a holder recorded so is the same process."""
+    boot, sep, when = started.rpartition(":")
+    return f"{_short_boot(boot)}{sep}{when}" if sep else started
 
 
 def _proc_start(pid: int) -> str | None:
@@ -131,7 +147,8 @@ def holder_gone(holder: Holder) -> bool:
     """
     if holder.host != host_id() or holder.pid is None:
         return False
-    if holder.started and _boot_id() and not holder.started.startswith(_boot_id()):
+    started = _same_form(holder.started) if holder.started else None
+    if started and _boot_id() and not started.startswith(f"{_boot_id()}:"):
         return True  # the host rebooted since
     try:
         os.kill(holder.pid, 0)
@@ -142,7 +159,7 @@ def holder_gone(holder: Holder) -> bool:
     now = _proc_start(holder.pid)
     if now == "dead":
         return True
-    return bool(holder.started and now and now != holder.started)
+    return bool(started and now and now != started)
 
 
 def carriers(attempt_id: str) -> list[int]:

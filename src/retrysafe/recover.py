@@ -35,6 +35,7 @@ from .keys import step_key, unslug
 from .ledger import Ledger
 from .ledger.backend import Tx
 from .ledger.listing import note_unlogged
+from .ledger.moves import OUTCOME_ID, step_suffix
 from .ledger.records import dumps
 from .states import AttemptState, OutcomeState, StepState
 
@@ -359,12 +360,12 @@ def write(ledger: Ledger, recovered: Recovered) -> bool:
                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (skey, out.key, step.name, step.item, step.kind, step.state, attempt,
                         step.evidence, step.artifact, step.checksum, step.reason, now, now))
-                tx.run("INSERT INTO rs_events (outcome_key, step_key, at, fence, actor, kind,"
-                       " to_state, reason) VALUES (?, ?, ?, 0, ?, 'step', ?, ?)",
-                       (out.key, skey, now, _ACTOR, step.state,
+                tx.run("INSERT INTO rs_history (outcome, step, at, fence, actor, kind, to_state,"
+                       f" reason) VALUES ({OUTCOME_ID}, ?, ?, 0, ?, 'step', ?, ?)",
+                       (out.key, step_suffix(out.key, skey), now, _ACTOR, step.state,
                         step.reason or f"rebuilt from the attempt folders: {step.evidence}"))
-            tx.run("INSERT INTO rs_events (outcome_key, step_key, at, fence, actor, kind,"
-                   " to_state, reason) VALUES (?, '', ?, 0, ?, 'outcome', ?, ?)",
+            tx.run("INSERT INTO rs_history (outcome, step, at, fence, actor, kind, to_state,"
+                   f" reason) VALUES ({OUTCOME_ID}, '', ?, 0, ?, 'outcome', ?, ?)",
                    (out.key, now, _ACTOR, out.state, out.reason))
     return True
 

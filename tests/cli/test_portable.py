@@ -168,7 +168,8 @@ def test_steps_run_and_skip_as_on_macos(home: Home, as_macos: list[str]) -> None
 @pytest.mark.skipif(not PROCFS, reason="the Linux form of a start time")
 def test_linux_start_times_keep_the_form_earlier_versions_recorded(tmp_path: Path) -> None:
     """``BOOT_ID:TICKS`` from ``/proc``, read here independently: a holder recorded
-    in that form by an earlier version is alive while its process is, and gone when
+    in that form by an earlier version (the whole boot id) is alive while its process
+    is, as is one in today's form (its first 12 hex digits), and either is gone when
     the pid's start time differs (a recycled pid) or the boot id does (a reboot)."""
     child = subprocess.Popen(["sleep", "60"])
     try:
@@ -176,10 +177,13 @@ def test_linux_start_times_keep_the_form_earlier_versions_recorded(tmp_path: Pat
         stat = Path(f"/proc/{child.pid}/stat").read_text()
         ticks = stat[stat.rfind(")") + 2:].split()[19]
         legacy = f"{boot}:{ticks}"
-        assert this_holder(child.pid).started == legacy
+        assert this_holder(child.pid).started == f"{boot.replace('-', '')[:12]}:{ticks}"
         assert not holder_gone(Holder(host_id(), child.pid, legacy))
+        assert not holder_gone(this_holder(child.pid))
         assert holder_gone(Holder(host_id(), child.pid, f"{boot}:{int(ticks) + 1}"))
         assert holder_gone(Holder(host_id(), child.pid, f"another-boot:{ticks}"))
+        other = f"{boot[:9]}{'0' if boot[9] != '0' else '1'}{boot[10:]}"  # another boot's id
+        assert holder_gone(Holder(host_id(), child.pid, f"{other}:{ticks}"))
     finally:
         child.kill()
         child.wait()

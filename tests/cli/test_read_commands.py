@@ -212,7 +212,7 @@ def test_doctor_reports_damage_that_stops_the_check_itself(ready: Home) -> None:
     db = ready.path / "ledger.sqlite3"
     conn = sqlite3.connect(db)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'rs_events'").fetchone()[0]
+    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'rs_history'").fetchone()[0]
     size = conn.execute("PRAGMA page_size").fetchone()[0]
     conn.close()
     with db.open("r+b") as f:

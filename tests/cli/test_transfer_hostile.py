@@ -190,7 +190,7 @@ def test_a_header_identity_no_ledger_draws_is_refused(tmp_path: Path, exported: 
     target = _fresh(tmp_path / "target")
     assert target.run("run", "pay", "-p", "n=9", "--", "true").returncode == 0
     with target.open_ledger() as ledger, ledger.backend.transaction() as tx:
-        for table in ("rs_notifications", "rs_events", "rs_steps", "rs_attempts", "rs_outcomes"):
+        for table in ("rs_notifications", "rs_history", "rs_steps", "rs_attempts", "rs_outcomes"):
             tx.run(f"DELETE FROM {table}")
     proc = target.run("import", str(bad))
     _one_line_refusal(proc)
@@ -272,3 +272,51 @@ def test_an_export_onto_the_ledger_itself_is_refused(home: Home, tmp_path: Path)
         assert "ledger" in proc.stderr, proc.stderr
         assert home.snapshot() == before
         assert _keys(home) == ["pay:1", "pay:2", "pay:3"]
+
+
+@pytest.mark.parametrize(("column", "value", "said"), [
+    ("outcome_key", "pay:99", "outcome pay:99"),
+    ("step_key", "pay:2/post", "step pay:2/post"),
+    ("attempt_id", "0123456789abcdef0123", "attempt 0123456789abcdef0123"),
+])
+@pytest.mark.parametrize("merge", [False, True])
+def test_a_history_row_naming_what_the_file_lacks_is_refused(
+        tmp_path: Path, exported: Path, column: str, value: str, said: str, merge: bool) -> None:
+    """The ledger stores a history row by its outcome's id, its attempt's number and what
+    its step key adds to the outcome key: a row edited to name an outcome or attempt the
+    file does not hold, or a step of another outcome, cannot be stored so, and is refused
+    with the whole file instead of being imported with its names lost."""
+    records = _records(exported)
+    row = next(r["row"] for r in records if r.get("table") == "rs_events"
+               and r["row"]["outcome_key"] == "pay:1" and r["row"]["step_key"])
+    row[column] = value
+    bad = _write(tmp_path / "bad.jsonl", records)
+    target = _fresh(tmp_path / "target")
+    proc = target.run("import", *(["--merge"] if merge else []), str(bad))
+    _one_line_refusal(proc)
+    assert said in proc.stderr and "nothing was imported" in proc.stderr, proc.stderr
+    assert _keys(target) == []
+
+
+def test_an_export_of_schema_10_imports_and_reads_back_the_same(
+        tmp_path: Path, exported: Path) -> None:
+    """Schema 11 changed how the history is stored, not the rows an export holds: a file
+    written by a retrysafe of schema 10 imports, and exports again row for row."""
+    records = _records(exported)
+    assert records[0]["schema_version"] == 11
+    records[0]["schema_version"] = 10
+    older = _write(tmp_path / "v10.jsonl", records)
+    target = _fresh(tmp_path / "target")
+    proc = target.run("import", str(older))
+    assert proc.returncode == 0, proc.stderr
+    again = tmp_path / "again.jsonl"
+    assert target.run("export", str(again)).returncode == 0
+    rows = [r for r in _records(again) if "table" in r]
+    assert rows == [r for r in records if "table" in r]
+    history = json.loads(target.run("history", "pay:1", "--json").stdout)
+    assert [e["actor"] for e in history][:1] == ["attempt-1"]
+    for version in (9, 12):
+        records[0]["schema_version"] = version
+        proc = target.run("import", "--merge", str(_write(tmp_path / f"v{version}.jsonl", records)))
+        _one_line_refusal(proc)
+        assert "schema version" in proc.stderr

@@ -211,3 +211,89 @@ def test_a_version_8_ledger_keeps_working_through_schemas_9_and_10(ledger_url: s
         assert led.outcome_and_steps("rep:old")[1][0].evidence == "id-1"
         assert Listing(led.backend).totals().outcomes == {("rep", "done"): 2}
         assert Listing(led.backend).totals(drills=True).outcomes == {("rep", "done"): 3}
+
+
+# history rows as a version-10 ledger holds them: (outcome, step key, attempt id, actor,
+# kind, from, to, reason); ids 1..n in this order
+_V10_EVENTS = [
+    ("rep:a", "", "att-a1", "attempt-1", "attempt", "", "active", "attempt 1 started: pid 7"),
+    ("rep:a", "", "att-a1", "attempt-1", "outcome", "planned", "running", ""),
+    ("rep:a", "rep:a/send", "att-a1", "attempt-1", "step", "", "running", "attempt 1 started it"),
+    ("rep:eng/x", "", "att-x1", "attempt-1", "attempt", "", "active", ""),
+    ("rep:eng/x", "rep:eng/x//mail/it.em", "att-x1", "attempt-1", "step", "", "running", ""),
+    ("rep:a", "rep:a/send", "att-a1", "retrysafe", "step", "running", "unknown", "lease broken"),
+    ("rep:a", "", None, "alice", "outcome", "running", "blocked", "ópś: checked by hand"),
+    ("rep:a", "", "att-a2", "attempt-2", "attempt", "", "active", ""),
+    ("rep:a", "rep:a/send", None, "retrysafe", "step", "", "done", "rebuilt from the folders"),
+]
+
+
+def test_a_version_10_ledger_gets_the_compact_history_and_reads_it_as_before(
+        ledger_url: str) -> None:
+    """Schema 11 stores the history compactly (outcome id, attempt number, the
+    attempt's own actor left out) behind a view with the old columns: every history
+    row reads back as it was, ids included, the next id continues the old sequence
+    (not the highest id kept), attempts begun before the upgrade move on after it,
+    and a prune removes the compact rows."""
+    backend = _backend(ledger_url)
+    _schema_at(backend, 10)
+    backend = _backend(ledger_url)
+    try:
+        with backend.transaction() as tx:
+            for key in ("rep:a", "rep:eng/x"):
+                tx.run("INSERT INTO rs_outcomes (key, job, params, state, fence, attempts,"
+                       " current_attempt, created_at, updated_at)"
+                       " VALUES (?, 'rep', '{}', 'running', ?, ?, ?, 0, 0)",
+                       (key, *((2, 2, "att-a2") if key == "rep:a" else (1, 1, "att-x1"))))
+            for aid, key, number, state in (("att-a1", "rep:a", 1, "superseded"),
+                                            ("att-a2", "rep:a", 2, "active"),
+                                            ("att-x1", "rep:eng/x", 1, "active")):
+                tx.run("INSERT INTO rs_attempts (id, outcome_key, number, fence, state,"
+                       " holder_host, lease_expires, started_at) VALUES (?, ?, ?, ?, ?, 'h',"
+                       " 1e12, 0)", (aid, key, number, number, state))
+            for i, (key, skey, aid, actor, kind, frm, to, why) in enumerate(_V10_EVENTS):
+                tx.run("INSERT INTO rs_events (outcome_key, step_key, at, attempt_id, fence,"
+                       " actor, kind, from_state, to_state, reason)"
+                       " VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?)",
+                       (key, skey, 100.0 + i, aid, actor, kind, frm, to, why))
+            # the step in flight (its history row above; SQLite's trigger of schema 3
+            # writes one only for a step inserted with its attempt)
+            tx.run("INSERT INTO rs_steps (step_key, outcome_key, name, item, kind, state,"
+                   " created_at, updated_at) VALUES ('rep:eng/x//mail/it.em', 'rep:eng/x',"
+                   " 'mail', 'it.em', 'effect', 'running', 0, 0)")
+            tx.run("UPDATE rs_steps SET attempt_id = 'att-x1', fence = 1")
+            # the newest row was deleted: its id is not drawn again
+            tx.run("INSERT INTO rs_events (outcome_key, at, actor, kind, to_state)"
+                   " VALUES ('rep:a', 0, 'x', 'outcome', 'gone')")
+            tx.run("DELETE FROM rs_events WHERE to_state = 'gone'")
+            before = tx.rows("SELECT * FROM rs_events ORDER BY id")
+    finally:
+        backend.close()
+    with open_ledger(ledger_url) as led:
+        assert led.schema_version() == SCHEMA_VERSION
+        after = [e._asdict() for key in ("rep:a", "rep:eng/x") for e in led.history(key)]
+        assert sorted(after, key=lambda e: e["id"]) == [
+            {**row, "at": float(row["at"]), "fence": int(row["fence"])} for row in before]
+        # an attempt begun before the upgrade moves its step on, fenced as before
+        attempt = led.attempt("att-x1")
+        assert attempt is not None
+        skey = step_key("rep:eng/x", "mail", "it.em")
+        led.move_step(attempt, skey, "done", name="mail", item="it.em", expect=["running"],
+                      evidence="id-1", outcome_state="delivered")
+        newer = led.history("rep:eng/x")[-2:]
+        assert [(e.step_key, e.attempt_id, e.actor, e.to_state) for e in newer] == [
+            (skey, "att-x1", "attempt-1", "done"), ("", "att-x1", "attempt-1", "delivered")]
+        assert newer[0].id == len(_V10_EVENTS) + 2  # after the deleted row's id
+        with led.backend.transaction(write=False) as tx:
+            stored = tx.rows("SELECT outcome, step, attempt, actor FROM rs_history"
+                             " WHERE id = ?", (newer[0].id,))
+        assert [(r["step"], r["attempt"], r["actor"]) for r in stored] == [("//mail/it.em", 1, "")]
+        # a new outcome claimed after the upgrade gets an id of its own
+        claim = led.claim("rep:new", job="rep", params={}, holder=Holder("h", None),
+                          lease_seconds=60, max_attempts=3)
+        assert claim.attempt is not None
+        assert [e.outcome_key for e in led.history("rep:new")] == ["rep:new", "rep:new"]
+        assert led.history("rep:a") == [e for e in led.history("rep:a")]
+        with led.backend.transaction() as tx:
+            ids = tx.rows("SELECT key, id FROM rs_outcomes ORDER BY id")
+        assert len({r["id"] for r in ids}) == 3

@@ -37,8 +37,9 @@ def _in_flight(url: str, key: str) -> psycopg.Connection[Any]:
     """Another writer's move of ``key`` to failed: its history row drawn and written,
     its transaction not committed yet."""
     conn = psycopg.connect(url)
-    conn.execute("INSERT INTO rs_events (outcome_key, at, actor, kind, from_state, to_state)"
-                 " VALUES (%s, 0, 'other', 'outcome', 'running', 'failed')", (key,))
+    conn.execute("INSERT INTO rs_history (outcome, at, actor, kind, from_state, to_state)"
+                 " SELECT id, 0, 'other', 'outcome', 'running', 'failed' FROM rs_outcomes"
+                 " WHERE key = %s", (key,))
     conn.execute("UPDATE rs_outcomes SET state = 'failed', current_attempt = NULL"
                  " WHERE key = %s", (key,))
     return conn

@@ -111,7 +111,8 @@ _STEP_FIELDS = frozenset(
 )
 
 
-_EVENT_MARKS = "(" + ", ".join("?" * len(moves.EVENT_COLUMNS.split(","))) + ")"
+_HISTORY_MARKS = ("(" + moves.OUTCOME_ID + ", "
+                  + ", ".join("?" * (len(moves.HISTORY_COLUMNS.split(",")) - 1)) + ")")
 # the steps' columns, then the outcome's: records are built by position
 _OUTCOME_AND_STEPS = (
     "SELECT " + ", ".join(f"s.{c}" for c in STEP_COLUMNS) + ", "
@@ -128,10 +129,13 @@ def new_attempt_id() -> str:
 def _event(tx: Tx, key: str, *, kind: str, to: str, frm: str = "", step_key: str = "",
            attempt: AttemptRecord | None = None, actor: str = "",
            reason: str = "") -> tuple[Any, ...]:
-    """One history row's values, in :data:`moves.EVENT_COLUMNS` order."""
-    return (key, step_key, tx.now, attempt.id if attempt else None,
-            attempt.fence if attempt else 0,
-            actor or (f"attempt-{attempt.number}" if attempt else "retrysafe"),
+    """One history row's values, in :data:`moves.HISTORY_COLUMNS` order (the outcome
+    by its key, which the insert turns into its id; the actor empty when it is the
+    attempt itself)."""
+    if attempt is not None and actor == f"attempt-{attempt.number}":
+        actor = ""
+    return (key, moves.step_suffix(key, step_key), tx.now, attempt.number if attempt else None,
+            attempt.fence if attempt else 0, actor or ("" if attempt else "retrysafe"),
             kind, frm, to, reason)
 
 
@@ -224,8 +228,8 @@ class LedgerCore:
     def _write_events(tx: Tx, events: list[tuple[Any, ...]]) -> None:
         """History rows, in order, in one statement."""
         if events:
-            values = ", ".join([_EVENT_MARKS] * len(events))
-            tx.run(f"INSERT INTO rs_events ({moves.EVENT_COLUMNS}) VALUES {values}",
+            values = ", ".join([_HISTORY_MARKS] * len(events))
+            tx.run(f"INSERT INTO rs_history ({moves.HISTORY_COLUMNS}) VALUES {values}",
                    tuple(v for e in events for v in e))
 
     # --- claims and leases ---------------------------------------------------
@@ -619,8 +623,8 @@ class LedgerCore:
                                        may_insert, sources, tx.now)
             if written and progress:
                 log_mark, move_mark = moves.progress(len(progress))
-                tx.run(log_mark, (tx.now, attempt.id, attempt.fence,
-                                  f"attempt-{attempt.number}", outcome_state, key, *progress))
+                tx.run(log_mark, (tx.now, attempt.number, attempt.fence, "", outcome_state,
+                                  key, *progress))
                 tx.run(move_mark, (outcome_state, tx.now, key, *progress))
         return written
 
@@ -658,11 +662,10 @@ class LedgerCore:
         if sources:
             update = (*changes, "updated_at")
             params += [*changes.values(), step_key, *sources]
-        actor = f"attempt-{attempt.number}"
-        params.append(actor)
+        params += [attempt.number, ""]  # the history row's attempt and actor (the attempt)
         progress = _progress_sources(outcome_state)
         if progress:
-            params += [outcome_state, *progress, actor, outcome_state]
+            params += [outcome_state, *progress, attempt.number, "", outcome_state]
         sql = moves.single_statement(self.backend.now_sql, insert, update, len(sources),
                                      changes["state"] == _RUNNING, len(progress))
         return self.backend.execute(sql, tuple(params)) > 0

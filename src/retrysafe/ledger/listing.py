@@ -50,7 +50,7 @@ class Totals(NamedTuple):
 
 
 class HistoryDelta(NamedTuple):
-    """What a stretch of the history (``rs_events`` rows) adds to the counters of
+    """What a stretch of the history (``rs_history`` rows) adds to the counters of
     :class:`Totals`, and how it moves attempts between states."""
 
     executions: dict[tuple[str, str], int]
@@ -207,14 +207,14 @@ class Listing:
                                f" JOIN rs_outcomes o ON o.key = t.outcome_key WHERE 1 = 1{drill}"
                                " GROUP BY o.job, t.state"),
                 executions=pairs(
-                    "SELECT o.job AS a, s.kind AS b, COUNT(*) AS n FROM rs_events e"
-                    " JOIN rs_steps s ON s.step_key = e.step_key"
-                    " JOIN rs_outcomes o ON o.key = e.outcome_key"
+                    "SELECT o.job AS a, s.kind AS b, COUNT(*) AS n FROM rs_history e"
+                    " JOIN rs_outcomes o ON o.id = e.outcome"
+                    " JOIN rs_steps s ON s.step_key = o.key || e.step"
                     f" WHERE e.kind = 'step' AND e.to_state = 'running'{drill}"
                     " GROUP BY o.job, s.kind"),
                 lookups_found=singles(
-                    "SELECT o.job AS a, COUNT(*) AS n FROM rs_events e"
-                    " JOIN rs_outcomes o ON o.key = e.outcome_key"
+                    "SELECT o.job AS a, COUNT(*) AS n FROM rs_history e"
+                    " JOIN rs_outcomes o ON o.id = e.outcome"
                     " WHERE e.kind = 'step' AND e.to_state = 'done' AND e.reason LIKE ?"
                     f"{drill} GROUP BY o.job", ("found by %",)),
                 skips=singles(
@@ -224,8 +224,8 @@ class Listing:
                     " WHERE s.kind = 'effect' AND s.state = 'done' AND t.started_at > s.updated_at"
                     f"{drill} GROUP BY o.job"),
                 blocks=singles(
-                    "SELECT o.job AS a, COUNT(*) AS n FROM rs_events e"
-                    " JOIN rs_outcomes o ON o.key = e.outcome_key"
+                    "SELECT o.job AS a, COUNT(*) AS n FROM rs_history e"
+                    " JOIN rs_outcomes o ON o.id = e.outcome"
                     f" WHERE e.kind = 'step' AND e.to_state = 'blocked'{drill} GROUP BY o.job"),
             )
 
@@ -239,11 +239,11 @@ class Listing:
         ledger put back from a copy and grown again). Reads a few rows, whatever
         the size of the ledger."""
         with self.backend.transaction(write=False) as tx:
-            row = tx.one("SELECT (SELECT MAX(id) FROM rs_events) AS hw,"
+            row = tx.one("SELECT (SELECT MAX(id) FROM rs_history) AS hw,"
                          " (SELECT value FROM rs_meta WHERE name = ?) AS mark,"
                          f" (SELECT {ROW_MARK} FROM rs_events WHERE id = ?) AS seen,"
                          f" (SELECT {ROW_MARK} FROM rs_events"
-                         " WHERE id = (SELECT MAX(id) FROM rs_events)) AS top", (UNLOGGED, seen))
+                         " WHERE id = (SELECT MAX(id) FROM rs_history)) AS top", (UNLOGGED, seen))
         if not row:
             return 0, "", "", ""
         return (int(row["hw"] or 0), str(row["mark"] or ""), str(row["seen"] or ""),
@@ -260,8 +260,8 @@ class Listing:
         held, held_params = "", tuple[int, ...]()
         if after is not None:
             listed = f" OR id IN ({', '.join('?' * len(ids))})" if ids else ""
-            held = (" UNION ALL SELECT 'i', '', '', 0, id FROM rs_events WHERE (id > ? AND"
-                    f" id > (SELECT MAX(id) FROM rs_events) - ?){listed}")
+            held = (" UNION ALL SELECT 'i', '', '', 0, id FROM rs_history WHERE (id > ? AND"
+                    f" id > (SELECT MAX(id) FROM rs_history) - ?){listed}")
             held_params = (after, window, *ids)
         with self.backend.transaction(write=False) as tx:
             rows = tx.rows(
@@ -274,9 +274,9 @@ class Listing:
                 f" UNION ALL SELECT 'd', job, state, 1, COUNT(*) FROM rs_outcomes"
                 f" WHERE key LIKE '%{DRILL_MARK}%' GROUP BY job, state"
                 " UNION ALL SELECT 'h', '', COALESCE((SELECT value FROM rs_meta WHERE name = ?),"
-                " ''), 0, COALESCE((SELECT MAX(id) FROM rs_events), 0)"
+                " ''), 0, COALESCE((SELECT MAX(id) FROM rs_history), 0)"
                 f" UNION ALL SELECT 't', '', COALESCE((SELECT {ROW_MARK} FROM rs_events"
-                f" WHERE id = (SELECT MAX(id) FROM rs_events)), ''), 0, 0{held}",
+                f" WHERE id = (SELECT MAX(id) FROM rs_history)), ''), 0, 0{held}",
                 (UNLOGGED, *held_params))
         attempts: dict[tuple[str, str, bool], int] = {}
         outcomes: dict[tuple[str, str], int] = {}
@@ -310,7 +310,7 @@ class Listing:
         """The ids of the history rows in ``(after, upto]`` (a range of the primary key)."""
         with self.backend.transaction(write=False) as tx:
             return [int(r["id"]) for r in tx.rows(
-                "SELECT id FROM rs_events WHERE id > ? AND id <= ? ORDER BY id", (after, upto))]
+                "SELECT id FROM rs_history WHERE id > ? AND id <= ? ORDER BY id", (after, upto))]
 
     def present(self, ids: Sequence[int]) -> list[int]:
         """Which of ``ids`` the history holds."""
@@ -318,7 +318,7 @@ class Listing:
             return []
         with self.backend.transaction(write=False) as tx:
             return [int(r["id"]) for r in tx.rows(
-                f"SELECT id FROM rs_events WHERE id IN ({', '.join('?' * len(ids))})", tuple(ids))]
+                f"SELECT id FROM rs_history WHERE id IN ({', '.join('?' * len(ids))})", tuple(ids))]
 
     def history_delta(self, *, after: int = 0, upto: int = 0, ids: Sequence[int] | None = None,
                       attempts: bool = True, drills: bool = False) -> HistoryDelta:
@@ -341,8 +341,8 @@ class Listing:
             if attempts:
                 for r in tx.rows(
                     f"SELECT o.job AS job, {_DRILL} AS drill, e.from_state AS frm,"
-                    " e.to_state AS tos, COUNT(*) AS n FROM rs_events e"
-                    f" JOIN rs_outcomes o ON o.key = e.outcome_key WHERE {span}"
+                    " e.to_state AS tos, COUNT(*) AS n FROM rs_history e"
+                    f" JOIN rs_outcomes o ON o.id = e.outcome WHERE {span}"
                     " AND e.kind = 'attempt' GROUP BY 1, 2, 3, 4", sp):
                     for state, sign in ((r["frm"], -1), (r["tos"], 1)):
                         if state:
@@ -350,31 +350,31 @@ class Listing:
                             delta.attempts[k] = delta.attempts.get(k, 0) + sign * int(r["n"])
                 for r in tx.rows(
                     "SELECT o.job AS job, e.from_state AS frm, e.to_state AS tos, COUNT(*) AS n"
-                    " FROM rs_events e JOIN rs_outcomes o ON o.key = e.outcome_key"
+                    " FROM rs_history e JOIN rs_outcomes o ON o.id = e.outcome"
                     f" WHERE {span} AND e.kind = 'outcome'{nodrill} GROUP BY 1, 2, 3", sp):
                     for state, sign in ((r["frm"], -1), (r["tos"], 1)):
                         if state and state != "planned":
                             moved = (str(r["job"]), str(state))
                             delta.outcomes[moved] = delta.outcomes.get(moved, 0) + sign * int(r["n"])
             for r in tx.rows(
-                "SELECT o.job AS job, s.kind AS kind, COUNT(*) AS n FROM rs_events e"
-                " JOIN rs_steps s ON s.step_key = e.step_key"
-                " JOIN rs_outcomes o ON o.key = e.outcome_key"
+                "SELECT o.job AS job, s.kind AS kind, COUNT(*) AS n FROM rs_history e"
+                " JOIN rs_outcomes o ON o.id = e.outcome"
+                " JOIN rs_steps s ON s.step_key = o.key || e.step"
                 f" WHERE {span} AND e.kind = 'step' AND e.to_state = 'running'{nodrill}"
                 " GROUP BY o.job, s.kind", sp):
                 delta.executions[(r["job"], r["kind"])] = int(r["n"])
             for into, cond in ((delta.lookups_found, f"e.to_state = 'done' AND e.reason LIKE '{_FOUND}'"),
                                (delta.blocks, "e.to_state = 'blocked'")):
                 for r in tx.rows(
-                    "SELECT o.job AS job, COUNT(*) AS n FROM rs_events e"
-                    " JOIN rs_outcomes o ON o.key = e.outcome_key"
+                    "SELECT o.job AS job, COUNT(*) AS n FROM rs_history e"
+                    " JOIN rs_outcomes o ON o.id = e.outcome"
                     f" WHERE {span} AND e.kind = 'step' AND {cond}{nodrill} GROUP BY o.job", sp):
                     into[r["job"]] = int(r["n"])
             for r in tx.rows(
-                "SELECT o.job AS job, COUNT(*) AS n FROM rs_events e"
-                " JOIN rs_attempts t ON t.id = e.attempt_id"
-                " JOIN rs_steps s ON s.outcome_key = e.outcome_key"
-                " JOIN rs_outcomes o ON o.key = e.outcome_key"
+                "SELECT o.job AS job, COUNT(*) AS n FROM rs_history e"
+                " JOIN rs_outcomes o ON o.id = e.outcome"
+                " JOIN rs_attempts t ON t.outcome_key = o.key AND t.number = e.attempt"
+                " JOIN rs_steps s ON s.outcome_key = o.key"
                 f" WHERE {span} AND e.kind = 'attempt' AND e.to_state = 'active'"
                 " AND s.kind = 'effect' AND s.state = 'done' AND t.started_at > s.updated_at"
                 f"{nodrill} GROUP BY o.job", sp):

@@ -215,6 +215,126 @@ _V10 = """
 CREATE INDEX rs_outcomes_drills ON rs_outcomes (job, state) WHERE key LIKE '%~%'
 """
 
+# (11) A compact history. The outcomes get an integer id (in SQLite the rowid they
+# always had, now named, so it survives VACUUM: the table is rebuilt, with foreign
+# keys off as SQLite requires, see SqliteBackend.migration_lock). History rows move to
+# ``rs_history`` and name their outcome by that id, their attempt by its number, their
+# step by what its key adds to the outcome's key (``/send``), and their actor only
+# when it is not the attempt itself (empty); about a third of the ledger's bytes per
+# outcome. ``rs_events`` becomes a view with the old columns, which every reader
+# keeps reading; the writers write ``rs_history``. The ids are kept, and so is the
+# next id to draw (notifications and the metrics name history rows by id).
+
+
+def _statements(script: str) -> list[str]:
+    return [stmt.strip() for stmt in script.split(";") if stmt.strip()]
+
+
+_OUTCOMES_V11 = """
+CREATE TABLE rs_outcomes_v11 (
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    job TEXT NOT NULL,
+    params TEXT NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    fence BIGINT NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    budget_base INTEGER NOT NULL DEFAULT 0,
+    current_attempt TEXT,
+    accepted_attempt TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    cause TEXT NOT NULL DEFAULT ''
+)"""
+_OUTCOME_COLS_V11 = ("key, job, params, state, reason, fence, attempts, budget_base,"
+                     " current_attempt, accepted_attempt, created_at, updated_at, cause")
+_HISTORY_V11 = """
+CREATE TABLE rs_history (
+    id {serial},
+    outcome BIGINT NOT NULL,
+    step TEXT NOT NULL DEFAULT '',
+    at {float} NOT NULL,
+    attempt INTEGER,
+    fence BIGINT NOT NULL DEFAULT 0,
+    actor TEXT NOT NULL DEFAULT '',
+    kind TEXT NOT NULL,
+    from_state TEXT NOT NULL DEFAULT '',
+    to_state TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT ''
+);
+INSERT INTO rs_history (id, outcome, step, at, attempt, fence, actor, kind, from_state, to_state,
+                        reason)
+SELECT e.id, o.id, CASE WHEN e.step_key = '' THEN '' ELSE substr(e.step_key, length(o.key) + 1) END,
+       e.at, a.number, e.fence,
+       CASE WHEN a.number IS NOT NULL AND e.actor = 'attempt-' || a.number THEN '' ELSE e.actor END,
+       e.kind, e.from_state, e.to_state, e.reason
+FROM rs_events e JOIN rs_outcomes o ON o.key = e.outcome_key
+LEFT JOIN rs_attempts a ON a.id = e.attempt_id;
+CREATE INDEX rs_history_outcome ON rs_history (outcome, id)
+"""
+# the old columns, as every reader knows them; a join the query does not use is left
+# out by both databases (the attempt's, by its unique (outcome_key, number))
+_EVENTS_VIEW = """
+CREATE VIEW rs_events AS
+SELECT h.id AS id, o.key AS outcome_key,
+       CASE WHEN h.step = '' THEN '' ELSE o.key || h.step END AS step_key,
+       h.at AS at, a.id AS attempt_id, h.fence AS fence,
+       CASE WHEN h.actor = '' AND h.attempt IS NOT NULL THEN 'attempt-' || h.attempt
+            ELSE h.actor END AS actor,
+       h.kind AS kind, h.from_state AS from_state, h.to_state AS to_state, h.reason AS reason
+FROM rs_history h JOIN rs_outcomes o ON o.id = h.outcome
+LEFT JOIN rs_attempts a ON a.outcome_key = o.key AND a.number = h.attempt
+"""
+# SQLite's step triggers (migration 3), writing rs_history
+_STEP_HISTORY = """
+INSERT INTO rs_history (outcome, step, at, attempt, fence, actor, kind, from_state, to_state,
+                        reason)
+VALUES ((SELECT id FROM rs_outcomes WHERE key = NEW.outcome_key),
+        substr(NEW.step_key, length(NEW.outcome_key) + 1), NEW.updated_at,
+        (SELECT number FROM rs_attempts WHERE id = NEW.attempt_id), NEW.fence,
+        COALESCE((SELECT '' FROM rs_attempts WHERE id = NEW.attempt_id), 'retrysafe'),
+        'step', {frm}, NEW.state, NEW.reason);
+"""
+_V11_SQLITE = [
+    "DROP TRIGGER rs_steps_created",
+    "DROP TRIGGER rs_steps_moved",
+    # SQLite's way (its "other kinds of table schema changes"): a new table, the rows
+    # copied, the old one dropped, the new one renamed to the old name, which the
+    # references of attempts and steps name
+    _OUTCOMES_V11,
+    f"INSERT INTO rs_outcomes_v11 (id, {_OUTCOME_COLS_V11})"
+    f" SELECT rowid, {_OUTCOME_COLS_V11} FROM rs_outcomes",
+    "DROP TABLE rs_outcomes",
+    "ALTER TABLE rs_outcomes_v11 RENAME TO rs_outcomes",
+    "CREATE INDEX rs_outcomes_job ON rs_outcomes (job, state)",
+    "CREATE INDEX rs_outcomes_updated ON rs_outcomes (updated_at, key)",
+    "CREATE INDEX rs_outcomes_job_updated ON rs_outcomes (job, updated_at, key)",
+    "CREATE INDEX rs_outcomes_state_updated ON rs_outcomes (state, updated_at, key)",
+    "CREATE INDEX rs_outcomes_drills ON rs_outcomes (job, state) WHERE key LIKE '%~%'",
+    *_statements(_HISTORY_V11.format(serial="INTEGER PRIMARY KEY AUTOINCREMENT", float="REAL")),
+    # the next id drawn continues rs_events' sequence, not the highest id kept
+    "DELETE FROM sqlite_sequence WHERE name = 'rs_history'",
+    "INSERT INTO sqlite_sequence (name, seq) SELECT 'rs_history', seq FROM sqlite_sequence"
+    " WHERE name = 'rs_events'",
+    "DROP TABLE rs_events",
+    _EVENTS_VIEW,
+    "CREATE TRIGGER rs_steps_created AFTER INSERT ON rs_steps"
+    " WHEN NEW.attempt_id IS NOT NULL BEGIN" + _STEP_HISTORY.format(frm="''") + "END",
+    "CREATE TRIGGER rs_steps_moved AFTER UPDATE OF previous_state ON rs_steps BEGIN"
+    + _STEP_HISTORY.format(frm="NEW.previous_state") + "END",
+]
+_V11_POSTGRES = [
+    "ALTER TABLE rs_outcomes ADD COLUMN id BIGSERIAL",
+    "CREATE UNIQUE INDEX rs_outcomes_id ON rs_outcomes (id)",
+    *_statements(_HISTORY_V11.format(serial="BIGSERIAL PRIMARY KEY", float="DOUBLE PRECISION")),
+    "SELECT setval(pg_get_serial_sequence('rs_history', 'id'),"
+    " GREATEST((SELECT last_value FROM rs_events_id_seq), 1),"
+    " (SELECT is_called FROM rs_events_id_seq))",
+    "DROP TABLE rs_events",
+    _EVENTS_VIEW,
+]
+
 Script = str | dict[str, list[str]]
 """A migration: one script for every backend (statements split on ``;``), or
 each backend's own statements, by backend name (a backend not named has none)."""
@@ -230,6 +350,8 @@ MIGRATIONS: list[tuple[int, str, Script]] = [
     (8, "the ledger's identity, recorded by the homes that use it", _V8),
     (9, "drop an index another one already serves", _V9),
     (10, "an index of the drill trials, to count outcomes without them", _V10),
+    (11, "a compact history: outcomes by id, attempts by number", {"sqlite": _V11_SQLITE,
+                                                                   "postgresql": _V11_POSTGRES}),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -18,7 +18,7 @@ Two forms, one meaning:
   transaction, timed by the server's clock.
 * :func:`step_insert` or :func:`step_update` (SQLite, which has no writable
   ``WITH``): the step write alone, committed on its own; the ledger's
-  triggers (migration 3) append its history row within that statement.
+  triggers (migrations 3 and 11) append its history row within that statement.
   When the outcome's progress mark moves too, :func:`progress` adds two
   statements and all three run in one ``BEGIN IMMEDIATE`` transaction.
 
@@ -30,14 +30,30 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["EVENT_COLUMNS", "progress", "single_statement", "step_insert", "step_update"]
+__all__ = ["HISTORY_COLUMNS", "OUTCOME_ID", "progress", "single_statement", "step_insert",
+           "step_suffix", "step_update"]
 
-EVENT_COLUMNS = ("outcome_key, step_key, at, attempt_id, fence, actor, kind, from_state,"
-                 " to_state, reason")
+HISTORY_COLUMNS = ("outcome, step, at, attempt, fence, actor, kind, from_state, to_state,"
+                   " reason")
+"""``rs_history``'s columns as writers fill them (migration 11): the outcome by its id,
+the step by what its key adds to the outcome's (:func:`step_suffix`), the attempt by
+its number, and the actor empty when it is that attempt."""
+OUTCOME_ID = "(SELECT id FROM rs_outcomes WHERE key = ?)"
+"""The id of the outcome with the key given, as a history row's value."""
 #: true while the attempt (the last three parameters: key, fence, attempt id) holds
 #: the outcome's current fencing token
 _FENCED = ("EXISTS (SELECT 1 FROM rs_outcomes WHERE key = ? AND fence = ?"
            " AND current_attempt = ?)")
+
+
+def step_suffix(outcome_key: str, step_key: str) -> str:
+    """What ``step_key`` adds to its outcome's key (``/send``, ``//send/item``): how a
+    history row names its step; empty for a row about no step."""
+    if not step_key:
+        return ""
+    if not step_key.startswith(outcome_key) or len(step_key) == len(outcome_key):
+        raise ValueError(f"step key {step_key!r} is not one of outcome {outcome_key!r}")
+    return step_key[len(outcome_key):]
 
 
 @functools.lru_cache(maxsize=256)
@@ -73,11 +89,11 @@ def progress(sources: int) -> tuple[str, str]:
 
     The history row is written first, from the outcome's state before the
     move; both statements apply only when that state is one of ``sources``.
-    Parameters of the first: time, attempt id, fence, actor, new state, key,
+    Parameters of the first: time, attempt number, fence, actor, new state, key,
     sources; of the second: new state, time, key, sources.
     """
     marks = ", ".join("?" * sources)
-    return (f"INSERT INTO rs_events ({EVENT_COLUMNS}) SELECT key, '', ?, ?, ?, ?, 'outcome',"
+    return (f"INSERT INTO rs_history ({HISTORY_COLUMNS}) SELECT id, '', ?, ?, ?, ?, 'outcome',"
             f" state, ?, '' FROM rs_outcomes WHERE key = ? AND state IN ({marks})",
             "UPDATE rs_outcomes SET state = ?, reason = '', updated_at = ?"
             f" WHERE key = ? AND state IN ({marks})")
@@ -97,12 +113,13 @@ def single_statement(
     Parameters, in order: outcome key, fence, attempt id (the fence check);
     the inserted columns' values (when ``insert``); the updated columns'
     values, the step key and the ``sources`` states (when ``update``); the
-    history row's actor; and, when ``progress_sources``, the outcome's new
-    state, the states it may move from, then the actor and the new state
-    again for the outcome's history row. The result is one row (the state
-    the step moved from, ``NULL`` when it was created), or none.
+    history row's attempt number and actor; and, when ``progress_sources``,
+    the outcome's new state, the states it may move from, then the attempt
+    number, the actor and the new state again for the outcome's history row.
+    The result is one row (the state the step moved from, ``NULL`` when it
+    was created), or none.
     """
-    parts = ["f AS (SELECT key, state FROM rs_outcomes"
+    parts = ["f AS (SELECT id, key, state FROM rs_outcomes"
              " WHERE key = ? AND fence = ? AND current_attempt = ? FOR UPDATE)"]
     written = []
     if insert is not None:
@@ -118,15 +135,17 @@ def single_statement(
                      f" AND rs_steps.state IN ({', '.join('?' * sources)}) RETURNING rs_steps.*)")
         written.append("SELECT * FROM u")
     parts.append(f"w AS ({' UNION ALL '.join(written)})")
-    parts.append(f"e AS (INSERT INTO rs_events ({EVENT_COLUMNS}) SELECT outcome_key, step_key,"
-                 f" {now}, attempt_id, fence, ?, 'step', COALESCE(previous_state, ''), state, reason"
-                 " FROM w)")
+    parts.append(f"e AS (INSERT INTO rs_history ({HISTORY_COLUMNS}) SELECT f.id,"
+                 f" substr(w.step_key, length(w.outcome_key) + 1), {now}, ?, w.fence, ?, 'step',"
+                 " COALESCE(w.previous_state, ''), w.state, w.reason FROM w, f RETURNING id)")
     if progress_sources:
         # progress marks only move forward (running -> generated -> delivered)
         parts.append(f"o AS (UPDATE rs_outcomes SET state = ?, reason = '', updated_at = {now}"
                      " FROM f WHERE rs_outcomes.key = f.key AND EXISTS (SELECT 1 FROM w)"
                      f" AND f.state IN ({', '.join('?' * progress_sources)})"
                      " RETURNING f.key AS key, f.state AS old)")
-        parts.append(f"oe AS (INSERT INTO rs_events ({EVENT_COLUMNS}) SELECT o.key, '', {now},"
-                     " w.attempt_id, w.fence, ?, 'outcome', o.old, ?, '' FROM o, w)")
+        # reading e, the outcome's row is written after the step's (and takes the next
+        # id), as on SQLite: the order of a statement's writes is otherwise the server's
+        parts.append(f"oe AS (INSERT INTO rs_history ({HISTORY_COLUMNS}) SELECT f.id, '',"
+                     f" {now}, ?, w.fence, ?, 'outcome', o.old, ?, '' FROM o, w, f, e)")
     return "WITH " + ",\n".join(parts) + "\nSELECT previous_state FROM w"

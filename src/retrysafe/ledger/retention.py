@@ -226,7 +226,11 @@ class Retention:
                     on_batch({t: rows_of(tx, t, keys) for t in TABLES})
                 marks = ", ".join("?" * len(keys))
                 note_unlogged(tx)  # outcomes and attempts gone, their history with them
-                for table in ("rs_notifications", "rs_events", "rs_steps", "rs_attempts"):
+                # the history names its outcome by id (rs_events is its view): before the outcome
+                counts["rs_events"] += tx.run("DELETE FROM rs_history WHERE outcome IN (SELECT id"
+                                              f" FROM rs_outcomes WHERE key IN ({marks}))",
+                                              tuple(keys))
+                for table in ("rs_notifications", "rs_steps", "rs_attempts"):
                     counts[table] += tx.run(f"DELETE FROM {table} WHERE outcome_key IN ({marks})",
                                             tuple(keys))
                 counts["rs_outcomes"] += tx.run(f"DELETE FROM rs_outcomes WHERE key IN ({marks})",

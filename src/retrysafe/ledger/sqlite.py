@@ -30,7 +30,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -222,6 +222,24 @@ class SqliteBackend(Backend):
             raise self._translate(exc) from None
         except UnicodeEncodeError as exc:
             raise not_text(exc) from None
+
+    @contextlib.contextmanager
+    def migration_lock(self) -> Iterator[Tx]:
+        """The migrations' transaction, with foreign keys off: SQLite rebuilds a table
+        that others reference only so (and ignores the switch inside a transaction).
+        The references are checked before the commit, and the switch is on again after."""
+        conn = self._conn()
+        conn.execute("PRAGMA foreign_keys = OFF")
+        try:
+            with self.transaction(write=True) as tx:
+                yield tx
+                broken = tx.rows("PRAGMA foreign_key_check")
+                if broken:
+                    raise LedgerError(f"ledger {self.path}: a migration would leave "
+                                      f"{len(broken)} rows naming rows that do not exist; "
+                                      "nothing was changed")
+        finally:
+            conn.execute("PRAGMA foreign_keys = ON")
 
     def has_table(self, tx: Tx, name: str) -> bool:
         return tx.one("SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = ?",

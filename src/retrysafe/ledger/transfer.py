@@ -26,6 +26,7 @@ from typing import IO, Any, NamedTuple
 
 from ..errors import InvalidInput
 from .backend import Tx
+from . import moves
 from .core import LedgerCore
 from .listing import note_unlogged
 from .migrations import SCHEMA_VERSION
@@ -61,6 +62,9 @@ TABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
          "last_error", "body", "claimed_until", "created_at", "updated_at", "sent_at"),
         "id", "id"),
 }
+SAME_ROWS_SINCE = 10
+"""Exports of ledgers of this schema version and later have the same rows (migration
+11 changed how the history is stored, not the rows it exports): one imports into another."""
 _INTEGER = frozenset({"fence", "attempts", "budget_base", "number", "holder_pid", "runner_pid",
                       "tries", "event_id"})
 _REAL = frozenset({"created_at", "updated_at", "lease_expires", "started_at", "ended_at", "at",
@@ -178,7 +182,9 @@ def _check(rec: Mapping[str, Any], n: int, target_version: int) -> tuple[str, di
         if rec.get("format") != FORMAT:
             raise InvalidInput(f"record {n}: not a retrysafe ledger export ({rec.get('format')!r})")
         version = rec.get("schema_version")
-        if version != target_version:
+        if version != target_version and not (
+                type(version) is int and min(version, target_version) >= SAME_ROWS_SINCE
+                and max(version, target_version) <= SCHEMA_VERSION):
             raise InvalidInput(
                 f"the export has schema version {version}, the target ledger {target_version}: "
                 f"export and import with the same retrysafe, both ledgers migrated "
@@ -300,17 +306,20 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
                 if table == "rs_steps" and row["attempt_id"] is not None:
                     tx.run("UPDATE rs_steps SET attempt_id = ? WHERE step_key = ?",
                            (row["attempt_id"], row["step_key"]))
-        columns = TABLES["rs_events"][0]
         keep_ids = not merge
-        event_cols = columns if keep_ids else tuple(c for c in columns if c != "id")
-        sql = (f"INSERT INTO rs_events ({', '.join(event_cols)})"
-               f" VALUES ({', '.join('?' * len(event_cols))})")
+        # the history as rs_history holds it (migration 11): the outcome by its id, the
+        # step by what its key adds, the attempt by its number, the attempt's own actor empty
+        numbers = {(a["outcome_key"], a["id"]): a["number"] for a in rows["rs_attempts"]}
+        outcomes = {o["key"] for o in rows["rs_outcomes"]}
+        cols = ("id, " if keep_ids else "") + moves.HISTORY_COLUMNS
+        marks = ("?, " if keep_ids else "") + moves.OUTCOME_ID + ", ?" * 9
+        sql = f"INSERT INTO rs_history ({cols}) VALUES ({marks})"
         # merging: (batch, the file's history id) -> the ledger's; ids repeat across the
         # batches of a prune --export file appended to from more than one ledger
         renumbered: dict[tuple[int, int], int] = {}
         for row in sorted(rows["rs_events"], key=lambda r: (0 if keep_ids else batch_of[id(r)],
                                                             int(r["id"]))):
-            values = tuple(row[c] for c in event_cols)
+            values = (*((row["id"],) if keep_ids else ()), *_history_values(row, outcomes, numbers))
             if keep_ids:
                 tx.run(sql, values)
             else:
@@ -318,8 +327,8 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
                 assert added is not None
                 renumbered[(batch_of[id(row)], int(row["id"]))] = int(added["id"])
         if keep_ids and rows["rs_events"] and backend.name == "postgresql":
-            tx.rows("SELECT setval(pg_get_serial_sequence('rs_events', 'id'),"
-                    " (SELECT MAX(id) FROM rs_events))")
+            tx.rows("SELECT setval(pg_get_serial_sequence('rs_history', 'id'),"
+                    " (SELECT MAX(id) FROM rs_history))")
         # notifications name the history row of their transition (0: a missed
         # occurrence, which has none): merged, they name the row's new id and take ids
         # of the ledger's own; one the ledger already holds (the same transition and
@@ -348,6 +357,33 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
             tx.run("DELETE FROM rs_meta WHERE name = 'identity'")
             tx.run("INSERT INTO rs_meta (name, value) VALUES ('identity', ?)", (identity,))
     return Loaded({t: len(r) for t, r in rows.items()})
+
+
+def _history_values(row: Mapping[str, Any], outcomes: set[str],
+                    numbers: Mapping[tuple[str, str], int]) -> tuple[Any, ...]:
+    """An exported history row as :data:`moves.HISTORY_COLUMNS` values (the outcome by
+    its key, which the insert turns into its id); refused when it names an outcome,
+    step or attempt the file does not hold, which only an edit makes."""
+    key, attempt_id = row["outcome_key"], row["attempt_id"]
+    if key not in outcomes:
+        raise InvalidInput(f"history row {row['id']} is about outcome {key}, which the file does "
+                           "not hold (the file was edited); nothing was imported")
+    try:
+        step = moves.step_suffix(key, row["step_key"])
+    except ValueError:
+        raise InvalidInput(f"history row {row['id']} names step {row['step_key']}, which is not "
+                           f"one of outcome {key} (the file was edited); nothing was imported"
+                           ) from None
+    number = None
+    if attempt_id is not None:
+        number = numbers.get((key, attempt_id))
+        if number is None:
+            raise InvalidInput(f"history row {row['id']} names attempt {attempt_id}, which the "
+                               f"file does not hold for outcome {key} (the file was edited); "
+                               "nothing was imported")
+    actor = "" if number is not None and row["actor"] == f"attempt-{number}" else row["actor"]
+    return (key, step, row["at"], number, row["fence"], actor, row["kind"], row["from_state"],
+            row["to_state"], row["reason"])
 
 
 def _count(head: tuple[int, Mapping[str, Any]], counted: Mapping[str, int]) -> None:
