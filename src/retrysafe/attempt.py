@@ -99,6 +99,30 @@ def _unfit_evidence(evidence: object) -> str:
     return f"{type(evidence).__name__} {shown[:100]}, not the evidence as text"
 
 
+def _said(exc: BaseException) -> str:
+    """What ``exc`` says, as text every ledger stores: a message given as bytes, or as
+    text holding bytes that are not UTF-8 (lone surrogates), is escaped (``\\xff``), as
+    is a NUL; a message that cannot be read at all is named by its type. Recording
+    a failure never fails on its message."""
+    try:
+        said: object = exc.message if isinstance(exc, RetrysafeError) else str(exc)
+        if isinstance(said, bytes | bytearray):
+            said = bytes(said).decode("utf-8", "backslashreplace")
+        elif not isinstance(said, str):
+            said = repr(said)
+    except Exception:  # noqa: BLE001 - a __str__ that raises
+        return f"{type(exc).__name__} (its message could not be read)"
+    assert isinstance(said, str)
+    try:
+        said.encode("utf-8")
+    except UnicodeEncodeError:
+        try:  # surrogates standing for bytes (surrogateescape): the bytes, escaped
+            said = said.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            said = said.encode("utf-8", "backslashreplace").decode("utf-8")
+    return said.replace("\x00", "\\x00")
+
+
 @dataclass(frozen=True)
 class Decision:
     """What to do about one effect step (``retrysafe check``).
@@ -593,7 +617,7 @@ class Run:
         except Exception as exc:  # noqa: BLE001 - the system could not be asked
             raise StepUnknown(
                 f"step {name} of {self.key} is {state} and the lookup failed "
-                f"({type(exc).__name__}: {exc}); it stays {state}, try again later",
+                f"({type(exc).__name__}: {_said(exc)}); it stays {state}, try again later",
                 key=self.key, step=name, state=state) from None
         if not isinstance(result, (Found, Absent, Ambiguous)) or (
                 isinstance(result, Found) and not isinstance(result.evidence, str)):
@@ -629,15 +653,17 @@ class Run:
         try:
             evidence = execute(skey)
         except EffectFailed as exc:
-            self.mark_failed(name, str(exc), item=item)
-            raise StepFailed(f"step {name} of {self.key} failed: {exc}", key=self.key,
+            said = _said(exc)  # bytes or lone surrogates: escaped, and the step failed
+            self.mark_failed(name, said, item=item)
+            raise StepFailed(f"step {name} of {self.key} failed: {said}", key=self.key,
                              step=name, state=_S.FAILED) from None
         except InvalidInput as exc:
             # refused before the external call: nothing happened
-            self.mark_failed(name, f"invalid input: {exc}", item=item)
+            self.mark_failed(name, f"invalid input: {_said(exc)}", item=item)
             raise
         except BaseException as exc:
-            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            said = _said(exc)
+            reason = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
             # the ledger may be the thing that failed; the running row says unknown anyway
             with contextlib.suppress(Exception):
                 self.mark_unknown(name, reason, item=item)
@@ -717,16 +743,19 @@ class Run:
         return decision.step_key
 
     def record_command(self, name: str, item: str | None = None) -> str:
-        """The ``retrysafe record`` line for a step of this attempt, ID standing for
-        the evidence: it names the item and the attempt, so it pastes as printed."""
+        """The ``retrysafe record`` line for a step of this attempt, ``<EVIDENCE>`` standing
+        for the evidence: it names the item and the attempt, so it pastes as printed once
+        the placeholder is replaced. Left as it is, the placeholder ends the line, so the
+        shell refuses it (a redirection, then ``>`` before the end of the line) and nothing
+        is recorded with a placeholder as its evidence."""
         from shlex import quote
 
-        options = "--evidence ID"
+        options = ""
         if item is not None:
-            options += f" --item {quote(item)}"
+            options += f"--item {quote(item)} "
         if self.attempt is not None:
-            options += f" --attempt {quote(self.attempt.id)}"
-        return command_line("record", self.key, name, options=options)
+            options += f"--attempt {quote(self.attempt.id)} "
+        return command_line("record", self.key, name, options=options + "--evidence <EVIDENCE>")
 
     def record_evidence(self, name: str, evidence: str, *, item: str | None = None) -> bool:
         """Record what an agent did or found (``retrysafe record``); ``False`` when
@@ -855,9 +884,10 @@ class Run:
             if not out.is_file():
                 raise EffectFailed(f"the generator wrote no file at {out}")
         except BaseException as exc:
-            self.mark_failed(name, f"generator failed: {type(exc).__name__}: {exc}", item=item)
+            said = _said(exc)
+            self.mark_failed(name, f"generator failed: {type(exc).__name__}: {said}", item=item)
             if isinstance(exc, Exception):
-                raise StepFailed(f"generate step {name} of {self.key} failed: {exc}",
+                raise StepFailed(f"generate step {name} of {self.key} failed: {said}",
                                  key=self.key, step=name, state=_S.FAILED) from exc
             raise
         # The artifact exists before it is accepted: note its checksum now, so a
@@ -876,9 +906,12 @@ class Run:
             ok = validate(out) if validate else True
         except Exception as exc:  # noqa: BLE001 - a crashing validator rejects
             ok = False
-            why = f"{type(exc).__name__}: {exc}"
+            why = f"{type(exc).__name__}: {_said(exc)}"
         else:
             why = "validation rejected the artifact"
+            if ok is None:  # a validate without its return: say so, not "rejected"
+                why = ("validate returned None, not True or False: return True to accept "
+                       "the artifact, False to reject it")
         if not ok:
             self.mark_failed(name, why, item=item)
             raise StepFailed(f"generate step {name} of {self.key}: {why}", key=self.key,

@@ -27,12 +27,14 @@ from .errors import EXIT_BLOCKED, EXIT_BUSY, EXIT_DONE, EXIT_FAILED, InvalidInpu
 
 if TYPE_CHECKING:
     from .engine import Engine
+    from .schedule import Schedule
 
 __all__ = [
     "DEFAULT_WINDOW",
     "Earlier",
     "Plan",
     "Window",
+    "check_window",
     "exit_code",
     "parse_window",
     "plan",
@@ -43,6 +45,9 @@ DEFAULT_WINDOW = "7d"
 occurrence, which holds a weekly job's previous run and a daily job's last seven."""
 
 _COUNT = re.compile(r"^[0-9]{1,6}$")
+_FEW = 36
+"""A count of occurrences that cannot reach back before the year 1: a schedule fires
+within every 50 years (else it is refused), and 36 times 50 years end after it."""
 #: states of an earlier occurrence that a person must settle: reported, never run
 _WAITING = frozenset({"blocked"})
 
@@ -73,6 +78,10 @@ def parse_window(value: object, what: str = "catch-up window") -> Window:
     if text.startswith("-"):
         raise InvalidInput(f"{what} {text!r} cannot be negative: give an age like 7d or a "
                            "number of occurrences (1 or more)")
+    if text.isascii() and text.isdigit() and len(text.lstrip("0")) > 6:
+        from .schedule import MAX_OCCURRENCES
+
+        raise InvalidInput(f"{what} {text[:20]!r} is more than {MAX_OCCURRENCES} occurrences")
     if _COUNT.match(text):
         from .schedule import MAX_OCCURRENCES
 
@@ -92,6 +101,32 @@ def parse_window(value: object, what: str = "catch-up window") -> Window:
     if seconds <= 0:
         raise InvalidInput(f"{what} {text!r} must be longer than zero")
     return Window(text, age=seconds)
+
+
+def check_window(schedule: Schedule, window: Window, now: datetime | None = None) -> None:
+    """Refuse (:class:`InvalidInput`) a job's window that every run would refuse: an age
+    in which the schedule can fire more than the occurrences one run looks at (``52w`` of
+    a minutely job), or a window reaching back before the year 1 (a count of a yearly
+    job's occurrences included). Checked when the config is read, so such a setting is
+    one config error at once, not a failure of every scheduled run."""
+    from .schedule import CYCLE_DAYS, MAX_OCCURRENCES
+
+    days = window.age / 86_400 if window.age is not None else 0.0
+    if window.count is not None and window.count > _FEW:
+        # any 400 years (the calendar's cycle) hold the same number of occurrences
+        days = CYCLE_DAYS * -(-window.count // schedule.occurrences_per_cycle())
+    try:
+        (now or datetime.now(UTC)) - timedelta(days=days)
+    except OverflowError:
+        raise InvalidInput(f"{window.text!r} can reach back before the year 1; give a "
+                           "shorter window") from None
+    if window.age is not None:
+        most = schedule.most_within(window.age)
+        if most > MAX_OCCURRENCES:
+            raise InvalidInput(
+                f"{window.text!r} can hold up to {most} occurrences of {schedule.expression!r}, "
+                f"more than the {MAX_OCCURRENCES} a run looks at; give a shorter age or a "
+                "number of occurrences")
 
 
 @dataclass(frozen=True)
@@ -134,6 +169,7 @@ def plan(engine: Engine, job_name: str, given: Mapping[str, str], window: Window
     :class:`InvalidInput` (exit 2)."""
     from .errors import ConfigError
     from .missed import missed_occurrences, occurrence_param
+    from .schedule import CalendarEnds
 
     try:
         name, schedule = occurrence_param(engine, job_name)
@@ -156,7 +192,7 @@ def plan(engine: Engine, job_name: str, given: Mapping[str, str], window: Window
             # is the previous Monday 07:00 across a daylight-saving change too
             start = current.astimezone(schedule.zone) - timedelta(seconds=window.age)
         start.astimezone(UTC)  # the range is looked at in UTC: that may overflow too
-    except OverflowError:
+    except (OverflowError, CalendarEnds):  # CalendarEnds: none before the calendar's first
         raise InvalidInput(f"catch-up window {window.text!r} reaches back before the year 1 "
                            f"from {current_text}; give a shorter one") from None
     others = {k: v for k, v in given.items() if k != name}

@@ -27,9 +27,19 @@ if TYPE_CHECKING:
     from .config import Job
     from .folders import AttemptFolder
 
-__all__ = ["ClosingRun", "acceptance_problems", "close", "closeout_problems"]
+__all__ = ["ClosingRun", "acceptance_problems", "close", "closeout_problems", "cut_short"]
 
 _S, _O = StepState, OutcomeState
+
+#: attempts of this process whose work was cut short after their command ended, and how
+_CUT: dict[str, str] = {}
+
+
+def cut_short(attempt_id: str, why: str) -> None:
+    """What the attempt's command left running was stopped before it ended
+    (:mod:`retrysafe.supervise`): its close-out in this process does not make the
+    outcome ``done``, whatever the command's status, and its reason says ``why``."""
+    _CUT[attempt_id] = why
 
 
 class ClosingRun(Protocol):
@@ -148,7 +158,11 @@ def close(run: ClosingRun, success: bool, reason: str = "") -> OutcomeRecord:
     open_steps, others = _step_problems(steps) if success else ([], [])
     if success:
         others += acceptance_problems(run, steps)
-    state, why, cause = _verdict(steps, success, reason, open_steps + others)
+    cut = _CUT.pop(attempt.id, "")
+    state, why, cause = _verdict(steps, success, "; ".join(filter(None, [reason, cut])),
+                                 open_steps + others)
+    if cut and state == _O.DONE:  # what was stopped may have had work left: not done
+        state, why = _O.FAILED, cut
     if others and state != _O.FAILED:
         why = "; ".join([why, *others]).rstrip("; ")
     # the finish needs a sync of its own only when no step records what happened: an

@@ -204,10 +204,18 @@ def parse_job(name: str, table: Mapping[str, Any]) -> Job:
     for fname, value in (("schedule", schedule), ("tz", tz), ("description", table.get("description"))):
         if value is not None and not isinstance(value, str):
             raise ConfigError(f"job {name!r}: {fname!r} must be a string")
-    if schedule is not None:
-        from .schedule import check_schedule
+    if schedule is not None or tz is not None:
+        from .schedule import check_schedule, check_zone
 
-        check_schedule(schedule, tz)
+        try:  # a zone is checked without a schedule too: an empty or mistyped one is refused
+            check_zone(tz)
+        except ConfigError as exc:
+            raise ConfigError(f"job {name!r}: 'tz': {exc.message}") from None
+        if schedule is not None:
+            try:
+                check_schedule(schedule, tz)
+            except ConfigError as exc:
+                raise ConfigError(f"job {name!r}: 'schedule': {exc.message}") from None
     return Job(
         name=name,
         key=template,
@@ -223,7 +231,7 @@ def parse_job(name: str, table: Mapping[str, Any]) -> Job:
         step_timeout=seconds("step_timeout"),
         check_timeout=seconds("check_timeout"),
         keep=_keep(name, table.get("keep")),
-        catch_up=_catch_up(name, table.get("catch_up"), schedule, params),
+        catch_up=_catch_up(name, table.get("catch_up"), schedule, tz, params),
     )
 
 
@@ -236,7 +244,7 @@ def _accept(name: str, table: Mapping[str, Any]) -> tuple[str | UrlCheck, ...]:
     return parse_accept(name, table["accept"])
 
 
-def _catch_up(name: str, value: object, schedule: str | None,
+def _catch_up(name: str, value: object, schedule: str | None, tz: str | None,
               params: Mapping[str, str]) -> Window | None:
     """A job's ``catch_up``: ``true`` (the default window), an age (``"7d"``) or a number
     of occurrences; only for a job whose key comes from its schedule."""
@@ -249,9 +257,17 @@ def _catch_up(name: str, value: object, schedule: str | None,
         raise ConfigError(f"job {name!r}: 'catch_up' needs a schedule and an occurrence "
                           "parameter (earlier occurrences are the schedule's)")
     try:
-        return parse_window(DEFAULT_WINDOW if value is True else value, "'catch_up'")
+        window = parse_window(DEFAULT_WINDOW if value is True else value, "'catch_up'")
     except InvalidInput as exc:
         raise ConfigError(f"job {name!r}: {exc.message} (or true for {DEFAULT_WINDOW})") from None
+    from .catchup import check_window
+    from .schedule import Schedule
+
+    try:  # a window every run would refuse is refused now, once
+        check_window(Schedule.parse(schedule, tz), window)
+    except InvalidInput as exc:
+        raise ConfigError(f"job {name!r}: 'catch_up' {exc.message}") from None
+    return window
 
 
 def _keep(name: str, value: object) -> float | None:
@@ -264,10 +280,16 @@ def _keep(name: str, value: object) -> float | None:
     try:
         if not isinstance(value, str):
             raise InvalidInput("")
-        return parse_age(value)
+        seconds = parse_age(value)
     except InvalidInput:
         raise ConfigError(f"job {name!r}: 'keep' must be an age like \"90d\" (units s, m, h, d, w)"
                           ) from None
+    if seconds <= 0:
+        # keeping nothing would let 'retrysafe prune' forget an outcome as soon as it is
+        # done, and a retry of it would then do its work again
+        raise ConfigError(f"job {name!r}: 'keep' {value!r} must be longer than zero (leave keep "
+                          "out to keep the job's outcomes until you prune them)")
+    return seconds
 
 
 @dataclass(frozen=True)

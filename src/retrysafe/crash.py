@@ -6,7 +6,10 @@ power cut or an OOM kill would: no ``finally`` blocks, no cleanup.
 
 Step points: ``before-intent``, ``after-intent``, ``after-execute``,
 ``after-record`` (generate steps too). Run points: ``run:after-begin``,
-``run:before-closeout``. ``*`` as STEP matches every step.
+``run:before-closeout``. ``*`` as STEP matches every step. Prune points (a
+batch of ``retrysafe prune``): ``prune:before-commit`` (its folders set aside,
+its removal not yet committed) and ``prune:after-commit`` (its rows removed, its
+folders not yet).
 """
 
 from __future__ import annotations

@@ -120,7 +120,11 @@ def settle_hint(out: OutcomeRecord, steps: Iterable[StepRecord]) -> str:
 
 
 class Engine:
-    """The config, the ledger and the home, opened together."""
+    """The config, the ledger and the home, opened together.
+
+    A child forked from a process with an engine open may use that engine: its
+    ledger leaves the parent's connections to the parent and opens the child's own
+    (``ledger/sqlite.py``, ``ledger/postgres.py``)."""
 
     def __init__(self, config: Config, ledger: Ledger | None = None) -> None:
         self.config = config

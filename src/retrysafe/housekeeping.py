@@ -4,12 +4,25 @@ The ledger decides (:class:`retrysafe.ledger.retention.Retention`); this adds
 what a person needs around it: the command that settles each waiting outcome
 (:func:`retrysafe.engine.settle_hint`),
 the jobs' ``keep`` settings, and the ``runs/`` folders of pruned outcomes.
+
+A pruned outcome's folder is set aside before the batch that removes its rows
+commits: a file naming the batch's outcomes (``<batch>.json``) is written and
+synced in ``runs/<job>/.journal/pruning/``, the folders are moved into
+``<batch>/`` beside it, and the moves are synced; then the batch commits and the
+folders are removed. Killed after the commit, a prune leaves no folder where a
+new outcome of the same key looks (one there would show work the ledger does not
+know, and stop that run); killed before it, the outcomes stay in the ledger.
+Either way the next prune finishes first: with the outcomes' rows locked, it puts
+back the folders of those the ledger still holds (the same outcomes: made at the
+same time), removes the rest, and then the job's old journals, as the killed
+prune would have.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -24,7 +37,7 @@ from .keys import step_ref
 if TYPE_CHECKING:
     from .engine import Engine
     from .ledger.listing import Cursor
-    from .ledger.retention import OnBatch, Waiting
+    from .ledger.retention import OnBatch, Pruning, Waiting
 
 __all__ = ["Attention", "Pruned", "attention_page", "iso", "needs_attention", "prune"]
 
@@ -155,21 +168,304 @@ def prune(engine: Engine, *, older_than: str | None, states: Sequence[str] = (),
             opened.flush()
             os.fsync(opened.fileno())
 
+    pruned = Pruned()
+    aside = None if dry_run else _SetAside(engine, pruned)
     try:
+        if aside is not None:
+            aside.finish_earlier()  # what a prune killed part-way left
         result = ledger.retention.prune(older_than=age, keep=keep, states=states, job=job, drills=drills,
-                              dry_run=dry_run, on_batch=on_batch)
+                              dry_run=dry_run, on_batch=on_batch, hooks=aside)
     finally:
         if fh is not None:
             fh.close()
     c = result.counts
-    pruned = Pruned(outcomes=c["rs_outcomes"], attempts=c["rs_attempts"], steps=c["rs_steps"],
-                    events=c["rs_events"], keys=[k for _, k in result.outcomes])
-    for job_name, key in result.outcomes:
-        _remove_folder(engine.home, job_name, key, pruned, dry_run)
-    if not dry_run:
-        for job_name in sorted({j for j, _ in result.outcomes}):
+    pruned.outcomes, pruned.attempts, pruned.steps, pruned.events = (
+        c["rs_outcomes"], c["rs_attempts"], c["rs_steps"], c["rs_events"])
+    pruned.keys = [k for _, k in result.outcomes]
+    if aside is None:
+        for job_name, key in result.outcomes:
+            _remove_folder(engine.home, job_name, key, pruned, dry_run)
+    else:
+        for job_name in sorted(aside.jobs | {j for j, _ in result.outcomes}):
             pruned.journals += _remove_journals(engine, job_name)
+        aside.close()
     return pruned
+
+
+_AREA = "pruning"
+"""The folder, in a job's journal folder (folders.py), that holds what a prune sets
+aside: ``recover`` and the lost-work check look for outcomes elsewhere."""
+
+
+@dataclass
+class _Marker:
+    """A batch's folders of one job, set aside (``<token>/``), and the synced file that
+    names their outcomes (``<token>.json``)."""
+
+    job: str
+    area: Path
+    token: str
+    made_journal: bool
+    """the job's journal folder was made for this (removed with the area, when empty)"""
+    outcomes: list[tuple[str, float, str]]
+    """(key, created_at, folder name) of each outcome whose folder was set aside"""
+
+    @property
+    def file(self) -> Path:
+        return self.area / f"{self.token}.json"
+
+    @property
+    def aside(self) -> Path:
+        return self.area / self.token
+
+    def to_json(self) -> dict[str, Any]:
+        return {"job": self.job, "made_journal": self.made_journal,
+                "outcomes": [{"key": k, "created_at": c, "folder": f} for k, c, f in self.outcomes]}
+
+    @classmethod
+    def read(cls, file: Path) -> _Marker | None:
+        """The marker ``file`` names, if it is one a prune wrote (else ``None``: left alone)."""
+        from .keys import check_name, slug
+
+        token = file.name.removesuffix(".json")
+        try:
+            data = json.loads(file.read_bytes())
+            job, made = data["job"], data["made_journal"]
+            outcomes = [(o["key"], o["created_at"], o["folder"]) for o in data["outcomes"]]
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+        if (not (token.isascii() and token.isalnum()) or job != file.parent.parent.parent.name
+                or not isinstance(made, bool)
+                or not all(isinstance(k, str) and isinstance(c, float) and f == slug(k)
+                           for k, c, f in outcomes)):
+            return None
+        try:
+            check_name("job", job)
+        except InvalidInput:
+            return None
+        return cls(job, file.parent, token, made, outcomes)
+
+
+class _SetAside:
+    """The prune's hooks (:class:`~retrysafe.ledger.retention.PruneHooks`): a batch's
+    folders are set aside, synced, before its commit, removed after it, and put back
+    if it is rolled back (see the module's docstring)."""
+
+    def __init__(self, engine: Engine, pruned: Pruned) -> None:
+        self.engine = engine
+        self.base = (engine.home / "runs").absolute().parent
+        self.pruned = pruned
+        self.jobs: set[str] = set()
+        """jobs whose journals are looked at when the prune ends"""
+        self.markers: list[_Marker] = []
+        """markers whose folders are settled: each file is removed when the prune ends"""
+        self._batch: list[_Marker] = []
+        self._in_place: list[tuple[str, str]] = []
+        """folders that could not be set aside: removed where they are, after the commit"""
+
+    # --- the hooks of each batch ------------------------------------------------------
+
+    def before_commit(self, batch: list[Pruning]) -> None:
+        by_job: dict[str, list[Pruning]] = {}
+        for p in batch:
+            by_job.setdefault(p.job, []).append(p)
+        for job, items in sorted(by_job.items()):
+            self.jobs.add(job)
+            self._set_aside(job, items)
+        from .crash import crash_point
+
+        crash_point("prune", "before-commit")
+
+    def after_commit(self, batch: list[Pruning]) -> None:
+        from .crash import crash_point
+
+        crash_point("prune", "after-commit")
+        for marker in self._batch:
+            self._remove_rest(marker, set())
+            self.markers.append(marker)
+        for job, key in self._in_place:
+            _remove_folder(self.engine.home, job, key, self.pruned, False)
+        self._batch, self._in_place = [], []
+
+    def rolled_back(self, batch: list[Pruning]) -> None:
+        from .errors import RetrysafeError
+
+        for marker in self._batch:
+            # the rows stayed: their folders go back (else the next prune puts them back)
+            with contextlib.suppress(RetrysafeError, OSError):
+                if self._settle(marker):
+                    marker.file.unlink()
+                    _tidy(marker.area, marker.made_journal)
+        self._batch, self._in_place = [], []
+
+    def _set_aside(self, job: str, items: list[Pruning]) -> None:
+        from .folders import JOURNAL, journal_dir
+        from .fsio import atomic_write_json, fsync_dir, private_dirs
+
+        moving: list[tuple[Pruning, Path]] = []
+        for p in items:
+            path = _folder(self.engine.home, p.job, p.key, self.pruned)
+            if path is not None and path.is_dir():
+                moving.append((p, path))
+        journal = journal_dir(self.engine.home, job)
+        if not moving and not journal.is_dir():
+            return  # nothing on disk to finish
+        marker = _Marker(job, journal / _AREA, os.urandom(8).hex(),
+                         not os.path.lexists(journal),
+                         [(p.key, p.created_at, path.name) for p, path in moving])
+        moved = 0
+        try:
+            private_dirs(self.base, ("runs", job, JOURNAL, _AREA))
+            atomic_write_json(marker.file, marker.to_json())  # synced, as is its folder
+            self._batch.append(marker)
+            fsync_dir(journal)
+            if moving:
+                marker.aside.mkdir(mode=0o700)
+                for _, path in moving:
+                    path.rename(marker.aside / path.name)
+                    moved += 1
+                for folder in (marker.aside, marker.area, journal.parent):
+                    fsync_dir(folder)  # the moves, before the commit that relies on them
+        except (OSError, InvalidInput):
+            pass  # what could not be set aside goes as before: after the commit, in place
+        self._in_place += [(p.job, p.key) for p, _ in moving[moved:]]
+
+    # --- finishing a prune killed part-way ------------------------------------------
+
+    def finish_earlier(self) -> None:
+        """Settle every marker a prune left (killed, or unable to remove a folder)."""
+        from .folders import JOURNAL
+        from .fsio import private_dirs
+
+        runs = self.base / "runs"
+        if runs.is_symlink() or not runs.is_dir():
+            return
+        for file in sorted(runs.glob(f"*/{JOURNAL}/{_AREA}/*.json")):
+            job = file.parent.parent.parent.name
+            try:
+                private_dirs(self.base, ("runs", job, JOURNAL, _AREA), create=False)
+            except (OSError, InvalidInput):
+                continue  # a link on the way: never followed
+            marker = None if file.is_symlink() else _Marker.read(file)
+            if marker is None:
+                continue
+            self.jobs.add(job)
+            self._settle(marker)
+            self.markers.append(marker)
+
+    def _settle(self, marker: _Marker) -> bool:
+        """Put back the folders of the outcomes the ledger still holds (the same ones),
+        with their rows locked, and remove the rest. Returns whether all are settled."""
+        from .folders import outcome_dir
+
+        stuck: set[str] = set()
+
+        def put_back(known: dict[str, float]) -> None:
+            if marker.aside.is_symlink() or not marker.aside.is_dir():
+                return
+            for key, created_at, name in marker.outcomes:
+                src = marker.aside / name
+                if known.get(key) == created_at and os.path.lexists(src):
+                    try:
+                        dest = outcome_dir(self.engine.home, marker.job, key)
+                    except InvalidInput:
+                        dest = None
+                    if dest is None or not _put_back(src, dest):
+                        stuck.add(name)
+
+        if marker.outcomes:  # (a batch in flight is decided first: its rows are locked)
+            self.engine.existing_ledger().retention.holding(
+                [k for k, _, _ in marker.outcomes], put_back)
+        if marker.aside.is_symlink() or not marker.aside.is_dir():
+            return True
+        return self._remove_rest(marker, stuck)
+
+    def _remove_rest(self, marker: _Marker, keep: set[str]) -> bool:
+        """Remove what is set aside in ``marker`` but ``keep``; returns whether all went."""
+        try:
+            children = sorted(marker.aside.iterdir())
+        except FileNotFoundError:
+            return True
+        except OSError:
+            self.pruned.kept_folders.append(str(marker.aside))
+            return False
+        left = False
+        for child in children:
+            if _taken_by_another(child.name):
+                continue  # another prune, alive, is removing it (and counts it)
+            if child.name in keep:
+                self.pruned.kept_folders.append(str(child))
+                left = True
+                continue
+            # taken first under a name of this process's: a prune finishing the same batch
+            # at the same time removes (and counts) each folder once
+            taken = child.with_name(f"{child.name.split('.removing-')[0]}.removing-"
+                                    f"{os.getpid()}-{os.urandom(4).hex()}")
+            try:
+                child.rename(taken)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                taken = child
+            try:
+                if taken.is_symlink() or not taken.is_dir():
+                    taken.unlink()
+                else:
+                    shutil.rmtree(taken)
+            except OSError:
+                self.pruned.kept_folders.append(str(taken))
+                left = True
+                continue
+            self.pruned.folders += 1
+        if left:
+            return False
+        with contextlib.suppress(OSError):  # (not empty: another prune is at work in it)
+            marker.aside.rmdir()
+        return True
+
+    def close(self) -> None:
+        """The prune's end (its journals looked at): the settled markers' files go, and
+        the folders they alone needed."""
+        made: dict[Path, bool] = {}
+        for marker in self.markers:
+            made[marker.area] = made.get(marker.area, False) or marker.made_journal
+            if not os.path.lexists(marker.aside):
+                with contextlib.suppress(FileNotFoundError):
+                    marker.file.unlink()
+        for area, made_journal in sorted(made.items()):
+            _tidy(area, made_journal)
+
+
+def _tidy(area: Path, made_journal: bool) -> None:
+    """Remove the area once empty, the journal folder if made for it, and the job's
+    folder once its last outcome is gone."""
+    try:
+        area.rmdir()
+        if made_journal:
+            area.parent.rmdir()
+        area.parent.parent.rmdir()
+    except OSError:
+        pass
+
+
+def _put_back(src: Path, dest: Path) -> bool:
+    """Move a set-aside outcome folder back to ``dest``; into it, when a later attempt
+    made it since (what it has already, newer, wins). Returns whether it went."""
+    try:
+        src.rename(dest)
+        return True
+    except OSError:
+        pass
+    if dest.is_symlink() or not dest.is_dir():
+        return False
+    try:
+        for child in sorted(src.iterdir()):
+            if not os.path.lexists(dest / child.name):
+                child.rename(dest / child.name)
+    except OSError:
+        return False
+    shutil.rmtree(src, ignore_errors=True)  # an older summary.json: the newer one stays
+    return True
 
 
 def _remove_journals(engine: Engine, job: str) -> int:
@@ -203,19 +499,43 @@ def _remove_journals(engine: Engine, job: str) -> int:
     return removed
 
 
-def _remove_folder(home: Path, job: str, key: str, pruned: Pruned, dry_run: bool) -> None:
-    """The outcome's ``runs/`` folder, removed unless a link is on the way (never followed)."""
+def _taken_by_another(name: str) -> bool:
+    """Whether ``name`` is a folder another prune took to remove (``NAME.removing-PID-…``)
+    and that prune still runs: taking it again would have both remove it at once. One
+    left by a prune that died is taken again."""
+    _, sep, rest = name.partition(".removing-")
+    pid = rest.split("-", 1)[0]
+    if not sep or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True  # it lives, under another user
+    return True
+
+
+def _folder(home: Path, job: str, key: str, pruned: Pruned) -> Path | None:
+    """The outcome's ``runs/`` folder, unless a link is on the way (never followed:
+    named as kept)."""
     from .folders import outcome_dir
 
     try:
         path = outcome_dir(home, job, key)
     except InvalidInput:
-        return
+        return None
     runs = path.parent.parent
     if any(p.is_symlink() for p in (runs, path.parent, path)):
         pruned.kept_folders.append(str(path))
-        return
-    if not path.is_dir():
+        return None
+    return path
+
+
+def _remove_folder(home: Path, job: str, key: str, pruned: Pruned, dry_run: bool) -> None:
+    """The outcome's ``runs/`` folder, removed unless a link is on the way (never followed)."""
+    path = _folder(home, job, key, pruned)
+    if path is None or not path.is_dir():
         return
     if dry_run:
         pruned.folders += 1

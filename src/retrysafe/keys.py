@@ -211,6 +211,9 @@ def check_key(key: str) -> str:
 
 def check_name(kind: str, name: str) -> str:
     """Step, item and job names: short, printable, no path separators or dot-dot."""
+    if not isinstance(name, str):  # run.effect(5, ...): the same error, not a TypeError
+        raise InvalidInput(f"{kind} name {name!r:.60} is not valid: give it as text (a str of "
+                           f"letters, digits, '_', '-', '.'), not {type(name).__name__}")
     if not _NAME.match(name) or ".." in name:
         raise InvalidInput(
             f"{kind} name {name!r} is not valid: use letters, digits, '_', '-', '.' "

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from .engine import Engine
     from .schedule import Schedule
 
-__all__ = ["GRACE", "MissedSlot", "Occurrence", "missed_occurrences", "occurrence_param",
-           "recent_missing"]
+__all__ = ["GRACE", "MissedSlot", "Occurrence", "check_due", "missed_occurrences",
+           "occurrence_param", "recent_missing"]
 
 #: how long after its time an occurrence that never ran is only ``due``, not missed: a
 #: scheduler fires a little late, and its run may be starting
@@ -55,6 +55,21 @@ def occurrence_param(engine: Engine, job_name: str) -> tuple[str, Schedule]:
     if not job.schedule or not names:
         raise ConfigError(f"job {job_name!r} has no schedule and occurrence parameter to backfill")
     return names[0], Schedule.parse(job.schedule, job.tz)
+
+
+def check_due(job_name: str, schedule: Schedule, occurrence: str,
+              now: datetime | None = None) -> None:
+    """Refuse (:class:`InvalidParameter`, exit 2) to run ``occurrence`` (canonical text)
+    before its time: an occurrence not due yet is never missed (``missed --until`` in the
+    future looks until now), nor run ahead of the schedule, where the scheduler's own run
+    of it would then find it done. One due at this very minute may run."""
+    now = now or datetime.now(UTC)
+    when = schedule.parse_value(occurrence)
+    if when.astimezone(UTC) > now:
+        latest = schedule.format(schedule.latest_at_or_before(now))
+        raise InvalidParameter(
+            f"occurrence {occurrence} ({schedule.zone.key}) of job {job_name!r} is not due yet: "
+            f"an occurrence runs at or after its time (the latest due one is {latest})")
 
 
 def missed_occurrences(engine: Engine, job_name: str, start: datetime, end: datetime,

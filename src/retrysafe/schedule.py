@@ -30,6 +30,10 @@ Daylight saving time (the rules of OpenClaw's scheduler, croner)
 The time zone defaults to UTC, never to the machine's own zone, so two hosts
 derive the same key for the same run.
 
+The calendar ends at the years 1 and 9999: occurrences beyond them do not
+exist, so the first and last ones there are simply the first and last; an
+occurrence that cannot be written in UTC is refused with one line.
+
 Datetimes come back in the job's zone. Compare them in UTC
 (``a.astimezone(UTC) == b.astimezone(UTC)``): Python never finds the second
 reading of a repeated hour equal to a datetime in another zone (PEP 495).
@@ -37,10 +41,14 @@ reading of a repeated hour equal to a datetime in another zone (PEP 495).
 
 from __future__ import annotations
 
+import calendar
+import contextlib
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from itertools import accumulate
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -48,9 +56,12 @@ from cronsim import CronSim, CronSimError
 from .errors import ConfigError, InvalidInput, InvalidParameter
 
 __all__ = [
+    "CYCLE_DAYS",
     "MAX_OCCURRENCES",
+    "CalendarEnds",
     "Schedule",
     "check_schedule",
+    "check_zone",
     "format_occurrence",
     "next_occurrence",
     "occurrence_at",
@@ -81,24 +92,57 @@ _SECOND_READING = "_2"
 _ONE_SECOND = timedelta(seconds=1)
 # Guards the correction loops below; no real schedule needs more than a few.
 _MAX_STEPS = 10_000
+_MAX_EXPRESSION = 1000
+"""Longest schedule text read (a list of every minute is about 170 characters)."""
+_MACHINE_ZONE = "localtime"
+"""The machine's own zone under an IANA-looking name: refused, never read."""
+CYCLE_DAYS = 146_097
+"""Days in 400 Gregorian years, after which dates and weekdays repeat exactly."""
+_DAY = 86_400
+
+
+class CalendarEnds(InvalidInput):
+    """No occurrence before the year 1 or after 9999: the calendar ends there."""
+
+
+def _show(text: str) -> str:
+    """``text`` quoted for an error line, cut short when long."""
+    return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
 def _zone(tz: str | None) -> ZoneInfo:
-    name = tz or DEFAULT_TZ
+    """The zone named ``tz`` (None: UTC). An empty name, and ``localtime`` (the machine's
+    own zone, different on each host), are refused as unknown names are."""
+    name = DEFAULT_TZ if tz is None else tz
+    if not name.strip():
+        raise ConfigError(f"time zone {name!r} is empty (use an IANA name such as "
+                          "'Europe/Warsaw', or leave it out for UTC)")
+    if name == _MACHINE_ZONE:
+        raise ConfigError(f"time zone {name!r} is this machine's own zone, which another host "
+                          "reads differently (use an IANA name such as 'Europe/Warsaw' or 'UTC')")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise ConfigError(
-            f"unknown time zone {name!r} (use an IANA name such as 'Europe/Warsaw' or 'UTC')"
+            f"unknown time zone {_show(name)} (use an IANA name such as 'Europe/Warsaw' or 'UTC')"
         ) from None
 
 
 def _expression(schedule: str) -> str:
+    if len(schedule) > _MAX_EXPRESSION:
+        raise ConfigError(f"invalid schedule {_show(schedule)}: longer than {_MAX_EXPRESSION} "
+                          "characters")
+    odd = next((c for c in schedule if not (" " <= c <= "~" or c == "\t")), None)
+    if odd is not None:
+        # a no-break space or a full-width digit pasted from a web page: cron (OpenClaw's
+        # included) reads ASCII fields separated by spaces, so it would not read the same line
+        raise ConfigError(f"invalid schedule {_show(schedule)}: character U+{ord(odd):04X} is "
+                          "not allowed (cron fields are ASCII, separated by spaces)")
     text = " ".join(schedule.split())
     text = _NICKNAMES.get(text.lower(), text)
     if len(text.split()) != 5:
         raise ConfigError(
-            f"invalid schedule {schedule!r}: expected 5 fields "
+            f"invalid schedule {_show(schedule)}: expected 5 fields "
             "(minute hour day-of-month month day-of-week) or a nickname like @daily"
         )
     return text
@@ -130,10 +174,12 @@ class Schedule:
         probe = datetime(2000, 1, 1, tzinfo=zone)
         try:
             next(CronSim(expression, probe))
-        except CronSimError as exc:
-            raise ConfigError(f"invalid schedule {schedule!r}: {exc}") from None
+        except (CronSimError, ValueError, OverflowError) as exc:
+            # ValueError: a number too long to read (thousands of digits)
+            reason = str(exc) if isinstance(exc, CronSimError) else "a number is out of range"
+            raise ConfigError(f"invalid schedule {_show(schedule)}: {reason}") from None
         except StopIteration:
-            raise ConfigError(f"schedule {schedule!r} never fires") from None
+            raise ConfigError(f"schedule {_show(schedule)} never fires") from None
         return cls(expression, zone)
 
     # --- primitives -------------------------------------------------------------
@@ -141,13 +187,15 @@ class Schedule:
     # Occurrences are wall-clock times (naive datetimes in the job's zone) that
     # match the expression and exist, each at its first reading. That map from
     # wall clock to instant is increasing, so walking wall-clock times in order
-    # walks occurrences in order.
+    # walks occurrences in order. The walks end where the calendar does (the
+    # years 1 and 9999): there are no occurrences beyond.
 
     def _walls(self, start: datetime, *, reverse: bool) -> CronSim:
         """Matching wall-clock times strictly after (before) the naive ``start``."""
         return CronSim(self.expression, start, reverse=reverse)
 
-    def _wall_step(self, sim: CronSim) -> datetime:
+    def _wall_step(self, sim: CronSim) -> datetime | None:
+        """The next matching wall-clock time, or None where the calendar ends."""
         try:
             wall: datetime = next(sim)
         except StopIteration:
@@ -155,66 +203,119 @@ class Schedule:
             raise InvalidInput(
                 f"schedule {self.expression!r} has no occurrence within 50 years"
             ) from None
+        except OverflowError:
+            return None
         return wall
 
+    def _walls_up(self, wall: datetime) -> Iterator[datetime]:
+        """Matching wall-clock times at or after the naive whole minute ``wall``, in order."""
+        if wall == datetime.min:  # nothing before it to start the walk from
+            if self._first_minute_matches():
+                yield wall
+            sim = self._walls(wall, reverse=False)
+        else:
+            sim = self._walls(wall - timedelta(minutes=1), reverse=False)
+        while (found := self._wall_step(sim)) is not None:
+            yield found
+
+    def _walls_down(self, wall: datetime) -> Iterator[datetime]:
+        """Matching wall-clock times at or before the naive ``wall``, latest first."""
+        start = wall.replace(microsecond=0)
+        # cronsim reads a start with microseconds in reverse as "at or before it"
+        start = datetime.max if start >= datetime.max - _ONE_SECOND else start + _ONE_SECOND
+        sim = self._walls(start, reverse=True)
+        while (found := self._wall_step(sim)) is not None:
+            yield found
+
+    def _first_minute_matches(self) -> bool:
+        try:
+            first: datetime = next(self._walls(datetime.min + _ONE_SECOND, reverse=True))
+        except (StopIteration, OverflowError):
+            return False
+        return first == datetime.min
+
     def _instant(self, wall: datetime) -> datetime | None:
-        """The UTC instant of a wall-clock time (first reading), None if it never happens."""
+        """The UTC instant of a wall-clock time (first reading), None if it never happens
+        (skipped, or outside the years 1 to 9999 in UTC)."""
         local = wall.replace(tzinfo=self.zone, fold=0)
-        if _is_skipped(local):
+        try:
+            if _is_skipped(local):
+                return None
+            return local.astimezone(UTC)
+        except OverflowError:
             return None
-        return local.astimezone(UTC)
 
     def _wall_of(self, instant: datetime) -> datetime:
         return instant.astimezone(self.zone).replace(tzinfo=None, fold=0)
 
-    def _forward(self, instant: datetime) -> Iterator[datetime]:
-        """Occurrences strictly after the UTC ``instant``, in order (UTC)."""
+    def _forward(self, instant: datetime, *, inclusive: bool = False) -> Iterator[datetime]:
+        """Occurrences after (``inclusive``: at or after) the UTC ``instant``, in order (UTC)."""
+        try:
+            wall = self._wall_of(instant)
+        except OverflowError:  # the instant's wall clock is beyond the calendar here
+            if instant.year > 1:
+                return
+            wall = datetime.min
         # Every wall time before the instant's own wall clock is earlier than it
         # (a second reading's wall clock is behind the instant, never ahead).
-        sim = self._walls(self._wall_of(instant).replace(second=0, microsecond=0)
-                          - timedelta(minutes=1), reverse=False)
-        while True:
-            found = self._instant(self._wall_step(sim))
-            if found is not None and found > instant:
+        for found_wall in self._walls_up(wall.replace(second=0, microsecond=0)):
+            found = self._instant(found_wall)
+            if found is not None and (found > instant or (inclusive and found == instant)):
                 yield found
 
     def next_after(self, instant: datetime) -> datetime:
         """The first occurrence strictly after ``instant`` (returned in the job's zone)."""
-        return self._next_after(_aware(instant, "instant").astimezone(UTC)).astimezone(self.zone)
+        return self._next_after(_utc(instant, "instant")).astimezone(self.zone)
 
     def _next_after(self, instant: datetime) -> datetime:
-        return next(self._forward(instant))
+        found = next(self._forward(instant), None)
+        if found is None:
+            raise CalendarEnds(f"schedule {self.expression!r} has no occurrence after "
+                               f"{instant.isoformat()}: the calendar ends in the year 9999")
+        return found
 
     def latest_at_or_before(self, instant: datetime) -> datetime:
         """The latest occurrence at or before ``instant`` (returned in the job's zone)."""
-        utc = _aware(instant, "instant").astimezone(UTC)
+        utc = _utc(instant, "instant")
         return self._latest_at_or_before(utc).astimezone(self.zone)
 
     def _latest_at_or_before(self, instant: datetime) -> datetime:
         # Every matching wall time up to the instant's wall clock is at or
         # before it; in a repeated hour's second reading, later wall times of
         # that hour (first readings) are too, so walk forward from there.
-        sim = self._walls(self._wall_of(instant).replace(microsecond=0) + _ONE_SECOND, reverse=True)
-        for _ in range(_MAX_STEPS):
-            candidate = self._instant(self._wall_step(sim))
+        try:
+            wall = self._wall_of(instant)
+        except OverflowError:  # the instant's wall clock is beyond the calendar here
+            if instant.year == 1:
+                raise self._none_before(instant) from None
+            wall = datetime.max
+        candidate = None
+        for steps, found_wall in enumerate(self._walls_down(wall)):
+            candidate = self._instant(found_wall)
             if candidate is not None:
                 break
-        else:
-            raise InvalidInput(f"schedule {self.expression!r}: no occurrence before {instant}")
+            if steps >= _MAX_STEPS:
+                raise InvalidInput(f"schedule {self.expression!r}: no occurrence before {instant}")
+        if candidate is None:
+            raise self._none_before(instant)
         for following in self._forward(candidate):
             if following > instant:
                 return candidate
             candidate = following
-        raise AssertionError("unreachable")  # pragma: no cover
+        return candidate  # the last occurrence the calendar holds
+
+    def _none_before(self, instant: datetime) -> CalendarEnds:
+        return CalendarEnds(f"schedule {self.expression!r} has no occurrence at or before "
+                            f"{instant.isoformat()}: the calendar starts in the year 1")
 
     def between(
         self, start: datetime, end: datetime, *, limit: int = MAX_OCCURRENCES
     ) -> list[datetime]:
         """Occurrences ``o`` with ``start <= o <= end``, oldest first."""
-        start = _aware(start, "start").astimezone(UTC)
-        end = _aware(end, "end").astimezone(UTC)
+        start = _clamped_utc(start, "start")
+        end = _clamped_utc(end, "end")
         found: list[datetime] = []
-        for current in self._forward(start - timedelta(microseconds=1)):
+        for current in self._forward(start, inclusive=True):
             if current > end:
                 break
             if len(found) >= limit:
@@ -227,15 +328,48 @@ class Schedule:
 
     def is_occurrence(self, instant: datetime) -> bool:
         """Whether ``instant`` is exactly one of the schedule's occurrences."""
-        utc = _aware(instant, "instant").astimezone(UTC)
-        return self._latest_at_or_before(utc) == utc
+        utc = _utc(instant, "instant")
+        try:
+            return self._latest_at_or_before(utc) == utc
+        except InvalidInput:  # none at or before it: the calendar starts after it
+            return False
+
+    def most_within(self, seconds: float) -> int:
+        """At most how many occurrences any stretch of ``seconds`` on the job's wall clock
+        holds (half-open, as a catch-up window is): exact for most schedules, never less.
+
+        Each day that matches the day fields fires at the same times of day, so a
+        stretch of ``D`` days and ``r`` seconds holds at most the day's count times
+        the matching days among ``D + 1`` in a row (and never more than ``D`` days'
+        worth), plus the most any ``r`` seconds of a day hold.
+        """
+        days, rest = divmod(max(0, int(seconds)), _DAY)
+        sim = self._walls(datetime(2000, 1, 1), reverse=False)
+        times = sorted(h * 3600 + m * 60 for h in sim.hours for m in sim.minutes)
+        per_day = len(times)
+        most = per_day * days + _most_in_part(times, rest)
+        if most <= MAX_OCCURRENCES or days == 0:
+            return most
+        matching = _most_matching_days(self.expression, days + 1)
+        return per_day * min(days, matching) + _most_in_part(times, rest)
+
+    def occurrences_per_cycle(self) -> int:
+        """Occurrences in any 400 years (the Gregorian cycle), daylight saving aside."""
+        sim = self._walls(datetime(2000, 1, 1), reverse=False)
+        return len(sim.hours) * len(sim.minutes) * sum(_cycle_mask(self.expression))
 
     # --- text -------------------------------------------------------------------
 
     def format(self, occurrence: datetime) -> str:
-        """The canonical text of ``occurrence`` (``2026-12-07T0700``)."""
-        local = _aware(occurrence, "occurrence").astimezone(self.zone)
-        return local.strftime("%Y-%m-%dT%H%M")
+        """The canonical text of ``occurrence`` (``2026-12-07T0700``; the year has four
+        digits, ``0999-...`` too, so the texts sort as the occurrences do)."""
+        try:
+            local = _aware(occurrence, "occurrence").astimezone(self.zone)
+        except OverflowError:
+            raise InvalidInput(f"{occurrence.isoformat()} is outside the years 1 to 9999 in "
+                               f"{self.zone.key}") from None
+        return (f"{local.year:04d}-{local.month:02d}-{local.day:02d}"
+                f"T{local.hour:02d}{local.minute:02d}")
 
     def parse_value(self, text: str) -> datetime:
         """Read a user-given occurrence; it must be one of the schedule's occurrences.
@@ -245,7 +379,9 @@ class Schedule:
         a repeated hour, its first reading), any ISO 8601 time with an offset
         or ``Z``, or a bare date when the schedule fires exactly once that day.
         A wall-clock time that does not exist, or the second reading of a
-        repeated hour, is refused: the scheduler never fires there.
+        repeated hour, is refused: the scheduler never fires there; so is one
+        that cannot be written in UTC (the first hours of the year 1, the last
+        of 9999).
         """
         raw = text.strip()
         if _DATE_ONLY.match(raw):
@@ -253,35 +389,48 @@ class Schedule:
         if raw.endswith(_SECOND_READING):
             first = raw[: -len(_SECOND_READING)]
             raise InvalidParameter(
-                f"occurrence {text!r}: a repeated hour runs once, at its first reading; "
+                f"occurrence {_show(text)}: a repeated hour runs once, at its first reading; "
                 f"use {first}"
             )
         try:
             value = datetime.fromisoformat(raw)
         except ValueError:
             raise InvalidParameter(
-                f"occurrence {text!r} is not a date-time; use the form "
+                f"occurrence {_show(text)} is not a date-time; use the form "
                 f"{self.format(self.latest_at_or_before(datetime.now(UTC)))}"
             ) from None
         if value.second or value.microsecond:
-            raise InvalidParameter(f"occurrence {text!r}: occurrences are whole minutes")
+            raise InvalidParameter(f"occurrence {_show(text)}: occurrences are whole minutes")
         if value.tzinfo is not None:
-            return self._require(value, text)
-        local = value.replace(tzinfo=self.zone, fold=0)
+            return self._require(self._in_range(value, text), text)
+        local = self._in_range(value.replace(tzinfo=self.zone, fold=0), text)
         if _is_skipped(local):
             raise InvalidParameter(
-                f"occurrence {text!r}: {raw} does not exist in {self.zone.key} (clocks move "
-                f"forward), so it never runs; nearest: {self._nearest(local.replace(fold=1))}"
+                f"occurrence {_show(text)}: {raw} does not exist in {self.zone.key} (clocks "
+                f"move forward), so it never runs; nearest: "
+                f"{self._nearest(local.replace(fold=1))}"
             )
         return self._require(local, text)
+
+    def _in_range(self, value: datetime, text: str) -> datetime:
+        """``value`` if it is an instant the calendar holds, in UTC and in the job's zone."""
+        try:
+            value.astimezone(UTC).astimezone(self.zone)
+            value.replace(fold=1).astimezone(UTC)  # what a skipped or repeated time reads as
+        except OverflowError:
+            raise InvalidParameter(
+                f"occurrence {_show(text)} is outside the years 1 to 9999 in UTC, so no "
+                "scheduler fires there") from None
+        return value
 
     def _parse_date(self, raw: str, text: str) -> datetime:
         try:
             day = date.fromisoformat(raw)
         except ValueError:
-            raise InvalidParameter(f"occurrence {text!r} is not a valid date") from None
+            raise InvalidParameter(f"occurrence {_show(text)} is not a valid date") from None
         start = datetime(day.year, day.month, day.day, tzinfo=self.zone)
-        end = start + timedelta(days=1)
+        end = (start + timedelta(days=1) if day < date.max
+               else datetime.max.replace(tzinfo=self.zone))
         hits = [o for o in self.between(start, end, limit=1500) if o.date() == day]
         if len(hits) == 1:
             return hits[0]
@@ -301,14 +450,82 @@ class Schedule:
         if self.is_occurrence(value):
             return value.astimezone(UTC).astimezone(self.zone)
         raise InvalidParameter(
-            f"occurrence {text!r} is not a scheduled time of {self.expression!r} in "
+            f"occurrence {_show(text)} is not a scheduled time of {self.expression!r} in "
             f"{self.zone.key}; nearest: {self._nearest(value)}"
         )
 
     def _nearest(self, value: datetime) -> str:
-        before = self.latest_at_or_before(value)
-        after = self.next_after(value)
-        return f"{self.format(before)} (before), {self.format(after)} (after)"
+        """The occurrences either side of ``value``; at the calendar's ends, the one there is."""
+        utc = _clamped_utc(value, "value")
+        sides = []
+        with contextlib.suppress(InvalidInput):
+            sides.append(f"{self.format(self._latest_at_or_before(utc))} (before)")
+        with contextlib.suppress(InvalidInput):
+            sides.append(f"{self.format(self._next_after(utc))} (after)")
+        return ", ".join(sides) or "none"
+
+
+def _utc(instant: datetime, what: str) -> datetime:
+    """``instant`` in UTC; one outside the years 1 to 9999 there is refused."""
+    try:
+        return _aware(instant, what).astimezone(UTC)
+    except OverflowError:
+        raise InvalidInput(f"{what} {instant.isoformat()} is outside the years 1 to 9999 in UTC"
+                           ) from None
+
+
+def _clamped_utc(instant: datetime, what: str) -> datetime:
+    """``instant`` in UTC, or the calendar's first or last instant when it lies beyond:
+    as the end of a range, that leaves out no occurrence."""
+    try:
+        return _aware(instant, what).astimezone(UTC)
+    except OverflowError:
+        edge = datetime.min if instant.year == 1 else datetime.max
+        return edge.replace(tzinfo=UTC)
+
+
+def _most_in_part(times: list[int], seconds: int) -> int:
+    """The most of the day's ``times`` (seconds after midnight, sorted) that any
+    ``seconds`` (less than a day, half-open) hold, midnight crossed or not."""
+    if seconds <= 0 or not times:
+        return 0
+    around = times + [t + _DAY for t in times]
+    most, end = 0, 0
+    for begin in range(len(times)):
+        end = max(end, begin)
+        while end < len(around) and around[end] < around[begin] + seconds:
+            end += 1
+        most = max(most, end - begin)
+    return min(most, len(times))
+
+
+@functools.lru_cache(maxsize=16)
+def _cycle_mask(expression: str) -> tuple[int, ...]:
+    """1 for each day of 400 Gregorian years from 2000-01-01 that the day-of-month,
+    month and day-of-week fields match, else 0. Which days match depends only on
+    whether the year is a leap year and its first weekday, so 14 years are looked at."""
+    sim = CronSim(expression, datetime(2000, 1, 1))
+    kinds: dict[tuple[bool, int], list[int]] = {}
+    days: list[int] = []
+    for year in range(2000, 2400):
+        kind = (calendar.isleap(year), date(year, 1, 1).weekday())
+        if kind not in kinds:
+            first = date(year, 1, 1).toordinal()
+            kinds[kind] = [int(d.month in sim.months and sim.match_day(d))
+                           for d in map(date.fromordinal, range(first, first + 365 + kind[0]))]
+        days += kinds[kind]
+    return tuple(days)
+
+
+def _most_matching_days(expression: str, span: int) -> int:
+    """The most days that match, among any ``span`` days in a row."""
+    mask = _cycle_mask(expression)
+    cycles, span = divmod(span, CYCLE_DAYS)
+    most = 0
+    if span:
+        sums = list(accumulate(mask + mask[:span], initial=0))
+        most = max(map(int.__sub__, sums[span:span + CYCLE_DAYS], sums[:CYCLE_DAYS]))
+    return cycles * sum(mask) + most
 
 
 def _is_skipped(local: datetime) -> bool:
@@ -322,6 +539,11 @@ def _is_skipped(local: datetime) -> bool:
 def check_schedule(schedule: str, tz: str | None) -> None:
     """Raise :class:`ConfigError` if ``schedule`` or ``tz`` is not usable."""
     Schedule.parse(schedule, tz)
+
+
+def check_zone(tz: str | None) -> None:
+    """Raise :class:`ConfigError` if ``tz`` (None: UTC) names no usable time zone."""
+    _zone(tz)
 
 
 def occurrence_at(schedule: str, tz: str | None, now: datetime) -> datetime:

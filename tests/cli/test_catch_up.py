@@ -62,16 +62,16 @@ def test_a_failed_monday_is_finished_before_todays(weekly: Home, tmp_path: Path)
     """Last Monday ended failed: today's run with --catch-up runs it first (its attempt 2, its
     own key), then today's; the summary line stays last; a second run finds nothing left."""
     log = tmp_path / "ran.log"
-    assert _week(weekly, "2026-11-30", "false") == 1
-    done = weekly.run("run", "weekly", "-p", "occurrence=2026-12-07", "--catch-up", "--",
+    assert _week(weekly, "2026-11-16", "false") == 1
+    done = weekly.run("run", "weekly", "-p", "occurrence=2026-11-23", "--catch-up", "--",
                       *_recorder(log))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert _ran(log) == ["weekly:2026-11-30T0700", "weekly:2026-12-07T0700"]
+    assert _ran(log) == ["weekly:2026-11-16T0700", "weekly:2026-11-23T0700"]
     lines = [ln for ln in done.stdout.splitlines() if ln]
-    assert "catch-up: done: weekly:2026-11-30T0700 (attempt 2)" in lines
-    assert lines[-1] == "done: weekly:2026-12-07T0700 (attempt 1)"
-    assert _state(weekly, "weekly:2026-11-30T0700")["outcome"]["state"] == "done"
-    again = weekly.run("run", "weekly", "-p", "occurrence=2026-12-07", "--catch-up", "--",
+    assert "catch-up: done: weekly:2026-11-16T0700 (attempt 2)" in lines
+    assert lines[-1] == "done: weekly:2026-11-23T0700 (attempt 1)"
+    assert _state(weekly, "weekly:2026-11-16T0700")["outcome"]["state"] == "done"
+    again = weekly.run("run", "weekly", "-p", "occurrence=2026-11-23", "--catch-up", "--",
                        *_recorder(log))
     assert again.returncode == 0, again.stderr
     assert len(_ran(log)) == 2
@@ -81,16 +81,16 @@ def test_a_failed_monday_is_finished_before_todays(weekly: Home, tmp_path: Path)
 def test_json_lists_each_earlier_occurrence(weekly: Home, tmp_path: Path) -> None:
     """--json: the current occurrence's object with a catch_up list, one entry per earlier
     occurrence (its state before, what was done, its own attempt and exit code)."""
-    assert _week(weekly, "2026-11-30", "false") == 1
-    done = weekly.run("run", "weekly", "-p", "occurrence=2026-12-07", "--catch-up", "--json",
+    assert _week(weekly, "2026-11-16", "false") == 1
+    done = weekly.run("run", "weekly", "-p", "occurrence=2026-11-23", "--catch-up", "--json",
                       "--", *_recorder(tmp_path / "ran.log"))
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert (result["key"], result["state"], result["exit_code"]) == ("weekly:2026-12-07T0700", "done", 0)
+    assert (result["key"], result["state"], result["exit_code"]) == ("weekly:2026-11-23T0700", "done", 0)
     [earlier] = result["catch_up"]
     assert {k: earlier[k] for k in ("occurrence", "key", "before", "action", "state", "attempt",
                                     "exit_code")} == {
-        "occurrence": "2026-11-30T0700", "key": "weekly:2026-11-30T0700", "before": "failed",
+        "occurrence": "2026-11-16T0700", "key": "weekly:2026-11-16T0700", "before": "failed",
         "action": "run", "state": "done", "attempt": 2, "exit_code": 0}
 
 
@@ -107,19 +107,19 @@ def test_an_unknown_one_is_looked_up_not_executed_again(weekly: Home, tmp_path: 
         f"-- sh -c 'echo \"$RETRYSAFE_STEP_KEY\" >> {sent}; test ! -e {lose}'\n")
     script.chmod(0o755)
     lose.touch()
-    assert _week(weekly, "2026-11-30", str(script)) == 1
-    assert _state(weekly, "weekly:2026-11-30T0700")["outcome"]["state"] == "unknown"
+    assert _week(weekly, "2026-11-16", str(script)) == 1
+    assert _state(weekly, "weekly:2026-11-16T0700")["outcome"]["state"] == "unknown"
     lose.unlink()
-    done = weekly.run("run", "weekly", "-p", "occurrence=2026-12-07", "--catch-up", "--",
+    done = weekly.run("run", "weekly", "-p", "occurrence=2026-11-23", "--catch-up", "--",
                       str(script))
     assert done.returncode == 0, done.stdout + done.stderr
     effects = sent.read_text().splitlines()
     assert len(effects) == 2, effects
-    assert sum("2026-11-30" in e for e in effects) == 1
-    assert sum("2026-12-07" in e for e in effects) == 1
-    monday = _state(weekly, "weekly:2026-11-30T0700")
+    assert sum("2026-11-16" in e for e in effects) == 1
+    assert sum("2026-11-23" in e for e in effects) == 1
+    monday = _state(weekly, "weekly:2026-11-16T0700")
     assert monday["outcome"]["state"] == "done"
-    assert "2026-11-30" in monday["steps"][0]["evidence"]  # what the lookup found
+    assert "2026-11-16" in monday["steps"][0]["evidence"]  # what the lookup found
 
 
 def test_blocked_ones_are_reported_and_not_run(weekly: Home, tmp_path: Path) -> None:
@@ -127,39 +127,39 @@ def test_blocked_ones_are_reported_and_not_run(weekly: Home, tmp_path: Path) -> 
     and today's run still happens (exit 0: the block was reported when it happened)."""
     log = tmp_path / "ran.log"
     pay = f"{sys.executable} -m retrysafe step pay --class payment -- true"
-    assert _week(weekly, "2026-11-30", "sh", "-c", pay) == 3
-    done = weekly.run("run", "weekly", "-p", "occurrence=2026-12-07", "--catch-up", "--",
+    assert _week(weekly, "2026-11-16", "sh", "-c", pay) == 3
+    done = weekly.run("run", "weekly", "-p", "occurrence=2026-11-23", "--catch-up", "--",
                       *_recorder(log))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert _ran(log) == ["weekly:2026-12-07T0700"]
+    assert _ran(log) == ["weekly:2026-11-23T0700"]
     [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("catch-up:")]
-    assert line.startswith("catch-up: blocked: weekly:2026-11-30T0700 waits for a person: ")
-    assert "to unblock: retrysafe approve weekly:2026-11-30T0700 pay" in line
-    assert len(_state(weekly, "weekly:2026-11-30T0700")["attempts"]) == 1
+    assert line.startswith("catch-up: blocked: weekly:2026-11-16T0700 waits for a person: ")
+    assert "to unblock: retrysafe approve weekly:2026-11-16T0700 pay" in line
+    assert len(_state(weekly, "weekly:2026-11-16T0700")["attempts"]) == 1
 
 
 def test_window_and_oldest_first(weekly: Home, tmp_path: Path) -> None:
     """Only occurrences inside the window run, oldest first: 3 occurrences, or an age (15d
-    back from Monday 2026-12-07 07:00 reaches 2026-11-23 but not 2026-11-16)."""
+    back from Monday 2026-11-23 07:00 reaches 2026-11-09 but not 2026-11-02)."""
     log = tmp_path / "ran.log"
-    assert _week(weekly, "2026-11-16", "false") == 1
-    assert _week(weekly, "2026-11-23", "false") == 1
-    listed = weekly.run("run", "weekly", "-p", "occurrence=2026-12-07", "--catch-up-window",
+    assert _week(weekly, "2026-11-02", "false") == 1
+    assert _week(weekly, "2026-11-09", "false") == 1
+    listed = weekly.run("run", "weekly", "-p", "occurrence=2026-11-23", "--catch-up-window",
                         "15d", "--dry-run", "--json", "--", *_recorder(log))
     assert listed.returncode == 0, listed.stderr
     plan = json.loads(listed.stdout)
     assert [(e["key"], e["state"], e["action"]) for e in plan["catch_up"]] == [
-        ("weekly:2026-11-23T0700", "failed", "catch up"),
-        ("weekly:2026-11-30T0700", "missing", "catch up")]
-    assert plan["current"] == {"key": "weekly:2026-12-07T0700", "state": "missing", "action": "run"}
+        ("weekly:2026-11-09T0700", "failed", "catch up"),
+        ("weekly:2026-11-16T0700", "missing", "catch up")]
+    assert plan["current"] == {"key": "weekly:2026-11-23T0700", "state": "missing", "action": "run"}
     assert not log.exists()  # a dry run runs nothing
-    done = weekly.run("run", "weekly", "-p", "occurrence=2026-12-07", "--catch-up-window", "3",
+    done = weekly.run("run", "weekly", "-p", "occurrence=2026-11-23", "--catch-up-window", "3",
                       "--", *_recorder(log))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert _ran(log) == ["weekly:2026-11-16T0700", "weekly:2026-11-23T0700",
-                         "weekly:2026-11-30T0700", "weekly:2026-12-07T0700"]
-    never = weekly.run("status", "weekly:2026-11-09T0700")
-    assert never.returncode != 0  # 2026-11-09 was outside the window: never run
+    assert _ran(log) == ["weekly:2026-11-02T0700", "weekly:2026-11-09T0700",
+                         "weekly:2026-11-16T0700", "weekly:2026-11-23T0700"]
+    never = weekly.run("status", "weekly:2026-10-26T0700")
+    assert never.returncode != 0  # 2026-10-26 was outside the window: never run
 
 
 def test_the_default_week_is_counted_on_the_wall_clock(weekly: Home, tmp_path: Path) -> None:
@@ -178,7 +178,7 @@ def test_a_live_attempt_on_an_earlier_one_answers_busy(weekly: Home, tmp_path: P
     wait for it, and today's run goes on (exit 0: the other run finishes Monday)."""
     log = tmp_path / "ran.log"
     started = tmp_path / "started"
-    holder = weekly.popen("run", "weekly", "-p", "occurrence=2026-11-30", "--", "sh", "-c",
+    holder = weekly.popen("run", "weekly", "-p", "occurrence=2026-11-16", "--", "sh", "-c",
                           f"touch {started}; exec sleep 60")
     try:
         deadline = time.monotonic() + 30
@@ -186,7 +186,7 @@ def test_a_live_attempt_on_an_earlier_one_answers_busy(weekly: Home, tmp_path: P
             assert time.monotonic() < deadline and holder.poll() is None, "holder never started"
             time.sleep(0.05)
         began = time.monotonic()
-        done = weekly.run("run", "weekly", "-p", "occurrence=2026-12-07", "--catch-up", "--",
+        done = weekly.run("run", "weekly", "-p", "occurrence=2026-11-23", "--catch-up", "--",
                           *_recorder(log))
         took = time.monotonic() - began
     finally:
@@ -194,9 +194,9 @@ def test_a_live_attempt_on_an_earlier_one_answers_busy(weekly: Home, tmp_path: P
         holder.communicate(timeout=30)
     assert done.returncode == 0, done.stdout + done.stderr
     assert took < 20
-    assert _ran(log) == ["weekly:2026-12-07T0700"]
+    assert _ran(log) == ["weekly:2026-11-23T0700"]
     [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("catch-up:")]
-    assert line.startswith("catch-up: busy: weekly:2026-11-30T0700 is held by attempt 1")
+    assert line.startswith("catch-up: busy: weekly:2026-11-16T0700 is held by attempt 1")
 
 
 def test_an_outcome_out_of_attempts_is_reported_not_forced(weekly: Home, tmp_path: Path) -> None:
@@ -204,32 +204,32 @@ def test_an_outcome_out_of_attempts_is_reported_not_forced(weekly: Home, tmp_pat
     'retrysafe retry' (exit 3 the run that found it so); a later run only lists it."""
     log = tmp_path / "ran.log"
     for _ in range(3):
-        assert _week(weekly, "2026-11-30", "false") == 1
-    done = weekly.run("run", "weekly", "-p", "occurrence=2026-12-07", "--catch-up", "--",
+        assert _week(weekly, "2026-11-16", "false") == 1
+    done = weekly.run("run", "weekly", "-p", "occurrence=2026-11-23", "--catch-up", "--",
                       *_recorder(log))
     assert done.returncode == 3, done.stdout + done.stderr
-    assert _ran(log) == ["weekly:2026-12-07T0700"]
-    assert "to unblock: retrysafe retry weekly:2026-11-30T0700" in done.stdout
-    assert len(_state(weekly, "weekly:2026-11-30T0700")["attempts"]) == 3
-    later = weekly.run("run", "weekly", "-p", "occurrence=2026-12-14", "--catch-up-window", "2",
+    assert _ran(log) == ["weekly:2026-11-23T0700"]
+    assert "to unblock: retrysafe retry weekly:2026-11-16T0700" in done.stdout
+    assert len(_state(weekly, "weekly:2026-11-16T0700")["attempts"]) == 3
+    later = weekly.run("run", "weekly", "-p", "occurrence=2026-11-30", "--catch-up-window", "2",
                        "--", *_recorder(log))
     assert later.returncode == 0, later.stdout + later.stderr
-    assert "catch-up: blocked: weekly:2026-11-30T0700 waits for a person" in later.stdout
-    assert _ran(log)[-1] == "weekly:2026-12-14T0700"
+    assert "catch-up: blocked: weekly:2026-11-16T0700 waits for a person" in later.stdout
+    assert _ran(log)[-1] == "weekly:2026-11-30T0700"
 
 
 def test_an_earlier_one_that_fails_again_makes_the_exit_1(weekly: Home, tmp_path: Path) -> None:
     """Monday fails again: one line says so, today's run is done, the exit is 1; when today's
     own run fails, its code is the exit."""
-    fails_monday = ["sh", "-c", 'test "$RETRYSAFE_OUTCOME_KEY" != weekly:2026-11-30T0700']
-    assert _week(weekly, "2026-11-30", "false") == 1
-    done = weekly.run("run", "weekly", "-p", "occurrence=2026-12-07", "--catch-up", "--",
+    fails_monday = ["sh", "-c", 'test "$RETRYSAFE_OUTCOME_KEY" != weekly:2026-11-16T0700']
+    assert _week(weekly, "2026-11-16", "false") == 1
+    done = weekly.run("run", "weekly", "-p", "occurrence=2026-11-23", "--catch-up", "--",
                       *fails_monday)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "catch-up: failed: weekly:2026-11-30T0700 (attempt 2): command exited 1" in done.stdout
-    assert done.stdout.splitlines()[-1] == "done: weekly:2026-12-07T0700 (attempt 1)"
+    assert "catch-up: failed: weekly:2026-11-16T0700 (attempt 2): command exited 1" in done.stdout
+    assert done.stdout.splitlines()[-1] == "done: weekly:2026-11-23T0700 (attempt 1)"
     pay = f"{sys.executable} -m retrysafe step pay --class payment -- true"
-    blocked = weekly.run("run", "weekly", "-p", "occurrence=2026-12-14", "--catch-up", "--",
+    blocked = weekly.run("run", "weekly", "-p", "occurrence=2026-11-30", "--catch-up", "--",
                          "sh", "-c", pay)
     assert blocked.returncode == 3  # today's own code wins
 
@@ -240,8 +240,8 @@ def test_a_stop_signal_ends_the_catch_up_before_the_current_one(weekly: Home,
     log = tmp_path / "ran.log"
     started = tmp_path / "started"
     slow = ["sh", "-c", f'echo "$RETRYSAFE_OUTCOME_KEY" >> {log}; touch {started}; exec sleep 30']
-    assert _week(weekly, "2026-11-30", "false") == 1
-    proc = weekly.popen("run", "weekly", "-p", "occurrence=2026-12-07", "--catch-up", "--", *slow)
+    assert _week(weekly, "2026-11-16", "false") == 1
+    proc = weekly.popen("run", "weekly", "-p", "occurrence=2026-11-23", "--catch-up", "--", *slow)
     deadline = time.monotonic() + 30
     while not started.exists():
         assert time.monotonic() < deadline and proc.poll() is None, "catch-up never started"
@@ -249,7 +249,7 @@ def test_a_stop_signal_ends_the_catch_up_before_the_current_one(weekly: Home,
     os.kill(proc.pid, signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, out + err
-    assert _ran(log) == ["weekly:2026-11-30T0700"]
+    assert _ran(log) == ["weekly:2026-11-16T0700"]
     assert out.splitlines()[-1].startswith("interrupted: ")
 
 
@@ -353,32 +353,32 @@ def test_a_dry_run_in_a_new_home_creates_no_ledger(weekly: Home, tmp_path: Path)
     missing and leaves the home as it found it (no ledger, no runs/); the run after it
     still creates them and runs."""
     log = tmp_path / "ran.log"
-    listed = weekly.run("run", "weekly", "-p", "occurrence=2026-12-07", "--catch-up-window",
+    listed = weekly.run("run", "weekly", "-p", "occurrence=2026-11-23", "--catch-up-window",
                         "2", "--dry-run", "--json", "--", *_recorder(log))
     assert listed.returncode == 0, listed.stderr
     plan = json.loads(listed.stdout)
     assert [(e["key"], e["state"]) for e in plan["catch_up"]] == [
-        ("weekly:2026-11-23T0700", "missing"), ("weekly:2026-11-30T0700", "missing")]
+        ("weekly:2026-11-09T0700", "missing"), ("weekly:2026-11-16T0700", "missing")]
     assert plan["current"]["state"] == "missing"
     assert sorted(p.name for p in weekly.path.iterdir()) == ["retrysafe.toml"]
     plain = weekly.run("run", "adhoc", "-p", "week=2026-W49", "--dry-run", "--", "true")
     assert plain.returncode == 0, plain.stderr
     assert "adhoc:2026-W49  missing  run" in plain.stdout
     assert sorted(p.name for p in weekly.path.iterdir()) == ["retrysafe.toml"]
-    assert _week(weekly, "2026-12-07", *_recorder(log)) == 0
-    assert _ran(log) == ["weekly:2026-12-07T0700"]
+    assert _week(weekly, "2026-11-23", *_recorder(log)) == 0
+    assert _ran(log) == ["weekly:2026-11-23T0700"]
 
 
 def test_a_dry_run_in_a_home_that_lost_its_ledger_is_refused_as_the_run_is(
         weekly: Home, tmp_path: Path) -> None:
     """A used home whose ledger file was deleted: a run would repeat done outcomes and is
     refused; the dry run says the same instead of listing them as missing and to run."""
-    assert _week(weekly, "2026-12-07", "true") == 0
+    assert _week(weekly, "2026-11-23", "true") == 0
     for name in ("ledger.sqlite3", "ledger.sqlite3-wal", "ledger.sqlite3-shm"):
         (weekly.path / name).unlink(missing_ok=True)
-    listed = weekly.run("run", "weekly", "-p", "occurrence=2026-12-07", "--dry-run", "--",
+    listed = weekly.run("run", "weekly", "-p", "occurrence=2026-11-23", "--dry-run", "--",
                         "true")
-    real = weekly.run("run", "weekly", "-p", "occurrence=2026-12-07", "--", "true")
+    real = weekly.run("run", "weekly", "-p", "occurrence=2026-11-23", "--", "true")
     assert listed.returncode == real.returncode == 2, listed.stdout + listed.stderr
     assert "ledger.sqlite3 is missing" in listed.stderr
     assert "missing  run" not in listed.stdout

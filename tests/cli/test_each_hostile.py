@@ -106,15 +106,15 @@ def test_a_dry_run_says_when_an_outcome_is_out_of_attempts(jobs: Home) -> None:
     assert real.returncode == 3 and b"retrysafe retry feed-item:blog:spent" in real.stdout
 
     for _ in range(2):
-        assert jobs.run("run", "weekly", "-p", "occurrence=2026-11-30", "--", "false").returncode == 1
-    planned = jobs.run("run", "weekly", "-p", "occurrence=2026-12-07", "--catch-up", "--dry-run",
+        assert jobs.run("run", "weekly", "-p", "occurrence=2026-11-16", "--", "false").returncode == 1
+    planned = jobs.run("run", "weekly", "-p", "occurrence=2026-11-23", "--catch-up", "--dry-run",
                        "--json", "--", "true")
     assert planned.returncode == 0, planned.stderr
     plan = json.loads(planned.stdout)
     assert [(e["key"], e["action"]) for e in plan["catch_up"]] == [
-        ("weekly:2026-11-30T0700", "stop (out of attempts)")]
-    alone = jobs.run("run", "weekly", "-p", "occurrence=2026-11-30", "--dry-run", "--", "true")
-    assert alone.stdout.splitlines()[-1].split() == ["weekly:2026-11-30T0700", "failed", "stop",
+        ("weekly:2026-11-16T0700", "stop (out of attempts)")]
+    alone = jobs.run("run", "weekly", "-p", "occurrence=2026-11-16", "--dry-run", "--", "true")
+    assert alone.stdout.splitlines()[-1].split() == ["weekly:2026-11-16T0700", "failed", "stop",
                                                      "(out", "of", "attempts)"]
 
 
@@ -133,7 +133,7 @@ def test_a_window_too_large_is_refused_at_once(jobs: Home, tmp_path: Path, job: 
     Now: one line, exit 2, at once, nothing ran."""
     ran = tmp_path / "ran"
     began = time.monotonic()
-    proc = jobs.run("run", job, "-p", "occurrence=2026-12-07T07:00", "--catch-up-window", window,
+    proc = jobs.run("run", job, "-p", "occurrence=2026-11-23T07:00", "--catch-up-window", window,
                     "--", "touch", str(ran))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert time.monotonic() - began < 15

@@ -69,17 +69,17 @@ def test_the_record_line_intent_prints_settles_that_item(agent_home: Home) -> No
     line = intent.stdout.rstrip("\n")
     assert line.startswith("running: ") and line.endswith("'")
     follow_up = line.split("act once now, then '", 1)[1][:-1]
-    assert "--item row-7" in follow_up
+    assert "--item row-7" in follow_up and follow_up.endswith(" --evidence <EVIDENCE>")
 
-    pasted = paste(h, follow_up)
+    pasted = paste(h, follow_up.replace("<EVIDENCE>", "msg-7"))  # the id, as the line asks
     assert pasted.returncode == 0, pasted.stderr
     steps = item_steps(h)
-    assert (steps["row-7"]["state"], steps["row-7"]["evidence"]) == ("done", "ID")
+    assert (steps["row-7"]["state"], steps["row-7"]["evidence"]) == ("done", "msg-7")
     assert steps["row-8"]["state"] == "running"
     assert None not in steps
 
     # the JSON answer's `next` is the same line, for the other item
-    pasted = paste(h, json.loads(other.stdout)["next"])
+    pasted = paste(h, json.loads(other.stdout)["next"].replace("<EVIDENCE>", "msg-8"))
     assert pasted.returncode == 0, pasted.stderr
     assert item_steps(h)["row-8"]["state"] == "done"
 
@@ -100,10 +100,10 @@ def test_the_record_line_of_a_look_first_refusal_settles_that_item(agent_home: H
     found = error.split("Found: '", 1)[1].split("'. Certainly absent", 1)[0]
     assert "--item a.1" in found
 
-    pasted = paste(h, found)
+    pasted = paste(h, found.replace("<EVIDENCE>", "post-41"))
     assert pasted.returncode == 0, pasted.stderr
     steps = item_steps(h)
-    assert (steps["a.1"]["state"], steps["a.1"]["evidence"]) == ("done", "ID")
+    assert (steps["a.1"]["state"], steps["a.1"]["evidence"]) == ("done", "post-41")
     assert None not in steps
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ def setup_jobs(home: Home) -> Home:
         [jobs.old]
         key = "old:{n}"
         params = { n = "int" }
-        keep = "0s"
+        keep = "1s"
 
         [jobs.young]
         key = "young:{n}"
@@ -145,12 +146,13 @@ def test_prune_refuses_states_that_wait_and_needs_an_age(any_home: Home) -> None
 
 
 def test_prune_uses_each_jobs_keep_without_older_than(any_home: Home) -> None:
-    """Without --older-than, a job with keep = "0s" is pruned, one keeping 30 days and one with
+    """Without --older-than, a job with keep = "1s" is pruned, one keeping 30 days and one with
     no keep are not; --state narrows what goes."""
     home = setup_jobs(any_home)
     for job in ("old", "young", "pay"):
         assert run(home, job, 1, "true") == 0
     assert run(home, "old", 2, "exit 75") == 1
+    time.sleep(1.1)  # older than the old job's keep ("0s" is refused: it would keep nothing)
     only_failed = home.run("prune", "--state", "failed", "--json")
     assert only_failed.returncode == 0, only_failed.stderr
     assert json.loads(only_failed.stdout)["keys"] == ["old:2"]

@@ -26,6 +26,7 @@ RETRYSAFE = Path(sys.executable).parent / "retrysafe"
 
 STUB = """#!/bin/sh
 python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$OPENCLAW_STUB_LOG"
+if [ "$1" = --version ]; then echo 'OpenClaw 2026.9.6 (0000000)'; exit 0; fi
 echo '{}'
 """
 

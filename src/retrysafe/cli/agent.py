@@ -8,8 +8,13 @@ the library runs in :meth:`Run.effect`, one shell call at a time::
     retrysafe check KEY STEP --class C --attempt A   # execute | skip | lookup | blocked
     retrysafe intent KEY STEP --class C --attempt A  # write-ahead 'running'
     ...the one tool call that acts...
-    retrysafe record KEY STEP --evidence ID --attempt A
+    retrysafe record KEY STEP --attempt A --evidence <EVIDENCE>
     retrysafe close KEY --attempt A
+
+``intent`` prints the ``record`` line to run after the action (``--json``: ``next``)
+with ``<EVIDENCE>`` standing for the evidence: as printed, the shell refuses it, and
+``record`` refuses a placeholder (``ID``, ``EVIDENCE``, ``PROVIDER_ID``, bare or in
+``<...>``) as evidence, so a line pasted unedited records nothing.
 
 ``begin`` holds the outcome by a lease, not by a process: every later command
 of the attempt renews it, and when the agent goes away the lease runs out and
@@ -86,6 +91,10 @@ def _valid(key: str, step_name: str, item: str | None, effect_class: str | None 
         parse_class(effect_class)
     return step_key(key, step_name, item)
 
+
+# what the printed and documented command lines put where the evidence goes: pasted
+# without being replaced, it would be recorded as what proves the effect
+_PLACEHOLDERS = frozenset(w for n in ("ID", "EVIDENCE", "PROVIDER_ID") for w in (n, f"<{n}>"))
 
 _CC = "\x00-\x1f\x7f-\x9f\u2028\u2029"  # control characters and line breaks
 _CONTROL = re.compile(f" *[{_CC}][ {_CC}]*")
@@ -300,6 +309,9 @@ def intent(
     Refused (exit 2, nothing changed) when the step is done, or when an
     earlier try may have acted and no --absent lookup was given.
 
+    Prints the 'record' line to run after the action (--json: 'next'), with
+    <EVIDENCE> standing for the provider's id: replace it before running the line.
+
     \b
     Example:
       retrysafe intent weekly-ops-report:2026-W32 send --class message --attempt ID
@@ -335,8 +347,9 @@ def record(key: str, step_name: str, evidence: str, item: str | None, attempt_id
     """Record the evidence of an action, right after it happened.
 
     Also settles a step a lookup found. A step never intended is refused
-    (exit 2); a superseded attempt gets exit 75 and the evidence echoed so a
-    human can record it with 'retrysafe resolve'.
+    (exit 2), and so is a placeholder as the evidence (ID, EVIDENCE or
+    PROVIDER_ID, bare or in <...>); a superseded attempt gets exit 75 and the
+    evidence echoed so a human can record it with 'retrysafe resolve'.
 
     \b
     Example:
@@ -345,6 +358,9 @@ def record(key: str, step_name: str, evidence: str, item: str | None, attempt_id
     evidence = _text(evidence, "--evidence")
     if not evidence:
         raise InvalidInput("--evidence is empty: give the provider's id for the effect")
+    if evidence in _PLACEHOLDERS:
+        raise InvalidInput(f"--evidence {evidence}: a placeholder, not evidence; replace it "
+                           "with the provider's id for the effect")
     skey = _valid(key, step_name, item)
     try:
         run = _resume(key, attempt_id)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import shlex
 import shutil
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -256,7 +258,7 @@ def cron_command(
     if fixed:
         raise InvalidParameter(f"-p {fixed[0]}: the occurrence comes from the schedule at each run; "
                                "do not pass it")
-    job.resolve_params(given)  # unknown, missing or invalid: refused now, not at every run
+    job.outcome_key(given)  # refused now, not at every run: a bad parameter, too long a key
     folder = (cwd or Path.cwd()).expanduser().absolute()
     program = cmd[0]
     if os.sep in program and not os.path.isabs(program):
@@ -354,6 +356,30 @@ def _openclaw_json(argv: list[str]) -> object:
         raise _NoAnswer(f"{shlex.join(argv[:4])}: {why[:300]}") from None
 
 
+# what 'openclaw --version' prints: "OpenClaw 2026.9.6 (abc1234)", or the bare version
+_OPENCLAW_VERSION = re.compile(r"\bOpenClaw\s+v?\d{4}\.\d+\.\d+|^v?\d{4}\.\d+\.\d+(?:-\S*)?$")
+
+
+def _check_is_openclaw(exe: str) -> None:
+    """Refuse (exit 2) a program that does not answer ``--version`` as OpenClaw does: any
+    executable that exits 0 would otherwise pass for a successful plugin install."""
+    import subprocess
+
+    argv = [exe, "--version"]
+    done = _call_openclaw(argv, timeout=60, capture_output=True, stdin=subprocess.DEVNULL)
+    lines = [ln.strip() for ln in done.stdout.splitlines() if ln.strip()]
+    if done.returncode == 0 and any(_OPENCLAW_VERSION.search(ln) for ln in lines[:5]):
+        return
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or lines or [""])[-1][:200]
+        what = f"exited {done.returncode}" + (f": {said}" if said else "")
+    else:
+        what = f"printed {lines[0][:200]!r}" if lines else "printed nothing"
+    raise InvalidInput(f"{exe}: not the openclaw executable ('{shlex.join(argv)}' {what}, not "
+                       "OpenClaw's version); 'plugins install' not run; pass --openclaw PATH "
+                       "of the openclaw executable")
+
+
 @openclaw.command("install-plugin")
 @click.option("--link", is_flag=True, help="Load the plugin in place (openclaw plugins install --link).")
 @click.option(
@@ -373,6 +399,8 @@ def install_plugin(link: bool, yes: bool, openclaw_bin: str | None) -> None:
 
     The plugin guards declared tool calls of cron-driven agent runs (see
     docs/openclaw.md). Without openclaw on PATH, prints the exact command.
+    A program that does not answer '--version' as OpenClaw does is refused
+    (exit 2) before anything is installed.
 
     \b
     Example:
@@ -388,6 +416,7 @@ def install_plugin(link: bool, yes: bool, openclaw_bin: str | None) -> None:
         click.echo("note: 'openclaw' is not on PATH; run this where it is:", err=True)
         click.echo(shlex.join(argv))
         return
+    _check_is_openclaw(found)
     done = _call_openclaw(argv, timeout=None)  # it may ask questions on the terminal
     if done.returncode != 0:
         raise click.ClickException(f"{shlex.join(argv)} exited {done.returncode}")
@@ -413,10 +442,11 @@ def doctor(openclaw_bin: str | None, config_path: Path | None) -> None:
 
     Checks that a command job's 'sh -lc' (PATH reset) finds this retrysafe or
     names it by absolute path, that OpenClaw's command jobs calling retrysafe
-    use this home and a --command-cwd, and that the guard plugin is installed,
-    enabled, names an executable retrysafe and this home (which it hands to
-    agents' exec shells) and may close an agent run's attempt. Exit 1 when a
-    check fails.
+    use this home and a --command-cwd and run a job it declares with the -p
+    parameters the job needs, and that the guard plugin is installed, enabled,
+    names an executable retrysafe and this home (which it hands to agents' exec
+    shells), may close an agent run's attempt and maps cron jobs to declared
+    jobs with their parameters. Exit 1 when a check fails.
 
     \b
     Example:
@@ -440,7 +470,7 @@ def doctor(openclaw_bin: str | None, config_path: Path | None) -> None:
     else:
         try:
             checks.extend(check_cron_jobs(_openclaw_json([found, "cron", "list", "--all", "--json"]),
-                                          home))
+                                          home, engine.config.jobs))
         except _NoAnswer as exc:
             checks.append(Check("warn", "cron jobs", f"not checked: {exc}",
                                 "start the gateway, or check its port and token"))
@@ -478,6 +508,8 @@ def runs(job_name: str, openclaw_bin: str | None, limit: int, as_json: bool) -> 
     An automation whose command lacks a parameter JOB needs (or passes one it
     does not declare) is not joined: a warning on stderr names it and why, the
     others are shown, and the exit is 0 (--json: an entry with 'not_joined').
+    So is a single run whose time has no occurrence of the schedule to join it
+    to: a warning names that run, the others are shown.
 
     \b
     Example:
@@ -493,6 +525,7 @@ def runs(job_name: str, openclaw_bin: str | None, limit: int, as_json: bool) -> 
         join_problem,
         not_joined,
         params_of,
+        run_not_joined,
         run_time,
     )
 
@@ -508,6 +541,8 @@ def runs(job_name: str, openclaw_bin: str | None, limit: int, as_json: bool) -> 
     plugin_jobs = mapped if isinstance(mapped, dict) else {}
     joined: list[JoinedRun] = []
     skipped: list[tuple[str, str, str]] = []  # (name, id, why) of automations not joined
+    # (name, id, time, status, answer, why) of single runs whose time has no outcome
+    lone: list[tuple[str, str, datetime, str, str, str]] = []
     ledger = engine.existing_ledger  # only reads: a home with no ledger yet is refused, not created
     for cron in cron_jobs_for(listed, job_name, plugin_jobs):
         params = params_of(cron)
@@ -521,20 +556,32 @@ def runs(job_name: str, openclaw_bin: str | None, limit: int, as_json: bool) -> 
                                   "--limit", str(limit)])
         for run in finished(history):
             at = run_time(run)
-            _spec, key, _canonical = engine.outcome_key(job_name, params, at)
+            status, answer = str(run.get("status")), answer_of(str(run.get("summary") or ""))
+            try:
+                _spec, key, _canonical = engine.outcome_key(job_name, params, at)
+            except (InvalidInput, ValueError, OverflowError) as exc:
+                # this run alone has no key (no occurrence of the schedule at or before its
+                # time, or one past the dates that can be computed): say so, show the others
+                detail = exc if isinstance(exc, InvalidInput) else "its time is out of range"
+                why = f"no occurrence of {job_name}'s schedule to join it to ({detail})"
+                lone.append((name, cron_id, at, status, answer, why))
+                continue
             known = ledger().outcome(key)
-            joined.append(JoinedRun(at, name, cron_id, str(run.get("status")),
-                                    key, known.state if known else "missing",
-                                    answer_of(str(run.get("summary") or ""))))
+            joined.append(JoinedRun(at, name, cron_id, status, key,
+                                    known.state if known else "missing", answer))
     joined.sort(key=lambda r: r.at)
     for name, cron_id, why in skipped:
         click.echo(f"retrysafe: warning: automation {name!r} (id {cron_id}): runs not shown: {why}",
                    err=True)
+    for name, cron_id, at, _status, _answer, why in lone:
+        click.echo(f"retrysafe: warning: automation {name!r} (id {cron_id}): run at "
+                   f"{at.strftime('%Y-%m-%d %H:%M:%SZ')} not shown: {why}", err=True)
     if as_json:
-        emit_json([r.to_json() for r in joined] + [not_joined(*s) for s in skipped])
+        emit_json([r.to_json() for r in joined] + [run_not_joined(*r) for r in lone]
+                  + [not_joined(*s) for s in skipped])
         return
     if not joined:
-        if not skipped:
+        if not skipped and not lone:
             click.echo(f"no OpenClaw run of {job_name} yet")
         return
     rows = [("TIME", "OPENCLAW", "KEY", "STATE", "ANSWER", "AUTOMATION")] + [

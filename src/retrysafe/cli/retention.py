@@ -31,7 +31,8 @@ def prune(older_than: str | None, states: tuple[str, ...], job_name: str | None,
     Never an outcome that waits for a human (blocked, unknown) or one an
     attempt holds. Without --older-than, each job's `keep` decides (jobs
     without one are kept). A pruned key is forgotten: a run of it starts
-    afresh, so prune only keys that will not be run again.
+    afresh, so prune only keys that will not be run again. A prune killed
+    part-way is finished by the next one.
 
     \b
     Example:

@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from ..catchup import Plan, Window
 
 __all__ = ["CATCH_UP_FIELD", "COMMAND_FIELD", "CWD_FIELD", "attempt_once", "catch_up_window",
-           "finish", "run_context", "run_job", "run_plain", "stored_command"]
+           "check_occurrence_due", "finish", "run_context", "run_job", "run_plain",
+           "stored_command"]
 
 COMMAND_FIELD = "command"
 """The attempt's context field holding the command it ran (a JSON list of words)."""
@@ -93,6 +94,23 @@ def stored_command(key: str, attempts: Sequence[AttemptRecord]) -> tuple[list[st
         key=key)
 
 
+def check_occurrence_due(engine: Engine, job_name: str, params: Mapping[str, str]) -> None:
+    """An occurrence named with ``-p`` must be due: one in the future is refused (exit 2)
+    before anything is recorded, by the rule ``missed`` follows (:func:`retrysafe.missed.
+    check_due`). Without ``-p`` the occurrence is the latest due one, so always due."""
+    from ..keys import SCHEDULE_TYPES
+
+    job = engine.config.job(job_name)
+    named = [n for n, kind in job.params.items() if kind in SCHEDULE_TYPES and n in params]
+    if not named or not job.schedule:
+        return
+    from ..missed import check_due
+    from ..schedule import Schedule
+
+    canonical = job.resolve_params(params)  # the value checked as every run checks it
+    check_due(job_name, Schedule.parse(job.schedule, job.tz), canonical[named[0]])
+
+
 def _check_startable(argv0: str, cwd: str) -> None:
     """A command that cannot start is refused (exit 2) before anything is recorded."""
     if not startable(argv0, cwd):
@@ -127,6 +145,7 @@ def run_job(engine: Engine, job_name: str, params: Mapping[str, str], cmd: Seque
     if cwd is not None and not Path(cwd).is_dir():
         raise InvalidInput(f"the folder the command ran in is gone: {cwd}")
     _check_startable(cmd[0], folder)
+    check_occurrence_due(engine, job_name, params)
     if catch_up is None:
         finish(*attempt_once(engine, job_name, params, cmd, context=context, cwd=cwd,
                              as_json=as_json, extra=extra), as_json)

@@ -17,7 +17,7 @@ from ..engine import Engine
 from ..errors import EXIT_DONE
 from ..keys import parse_assignments
 from ._common import emit_json, json_option, params_option, reading_engine, state, table
-from .run import catch_up_window, run_context, run_job
+from .run import catch_up_window, check_occurrence_due, run_context, run_job
 
 if TYPE_CHECKING:
     from ..catchup import Window
@@ -104,6 +104,7 @@ def run(job_name: str, params: tuple[str, ...], openclaw_run_id: str | None,
     given = parse_assignments(params)
     catch = catch_up_window(engine, job_name, given, catch_up, window)
     if dry_run:
+        check_occurrence_due(engine, job_name, given)  # says what the run would: refused
         _dry_run(engine, job_name, given, catch, as_json)
     run_job(engine, job_name, given, cmd, context=run_context(openclaw_run_id), as_json=as_json,
             catch_up=catch)

@@ -13,7 +13,10 @@ Opened deliberately:
 * ``lock_timeout`` and ``idle_in_transaction_session_timeout`` on every
   session, so a worker frozen inside a transaction (SIGSTOP, a hung VM) is cut
   off by the server and cannot hold an outcome's row forever;
-* migrations serialized by a transaction-scoped advisory lock.
+* migrations serialized by a transaction-scoped advisory lock;
+* no connection crosses ``fork()``: a forked child sets the pool it inherited
+  aside, never using or closing it (a close would end the parent's sessions,
+  whose sockets both share), and opens a pool of its own on first use.
 
 Errors become one line each: the server cannot be reached, restarted, or
 dropped the connection → :class:`~retrysafe.errors.LedgerUnavailable` (exit
@@ -36,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import re
 import threading
 import time
@@ -294,6 +298,7 @@ class PostgresBackend(Backend):
         self._lock = threading.Lock()
         self._used: weakref.WeakKeyDictionary[psycopg.Connection[DictRow], float] = (
             weakref.WeakKeyDictionary())
+        _OPEN.add(self)
 
     # --- connections ------------------------------------------------------------
 
@@ -530,3 +535,27 @@ class PostgresBackend(Backend):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.close(timeout=5)
+
+    def _forked(self) -> None:
+        """In a child just forked: the parent's pool is the parent's (its connections
+        talk over sockets the child shares, its workers are threads the child does not
+        have). It is set aside, neither used nor closed; the child opens its own."""
+        if self._pool is not None:
+            _LEFT_ALONE.append(self._pool)
+        self._pool = None
+        self._lock = threading.Lock()  # the parent's may have been held by another thread
+        self._used = weakref.WeakKeyDictionary()
+
+
+_OPEN: weakref.WeakSet[PostgresBackend] = weakref.WeakSet()
+"""Every backend of this process (a forked child sets their pools aside)."""
+_LEFT_ALONE: list[ConnectionPool[psycopg.Connection[DictRow]]] = []
+"""Pools a forked child inherited: kept, so it never closes the parent's sessions."""
+
+
+def _after_fork_in_child() -> None:
+    for backend in list(_OPEN):
+        backend._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -10,8 +10,9 @@ removes only them, whatever their state (they are test runs).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from ..errors import InvalidInput
 from ..keys import DRILL_MARK
@@ -20,7 +21,10 @@ from .backend import Backend, Tx
 from .listing import Cursor, note_unlogged
 from .records import OutcomeRecord, StepRecord, outcome_from_row, step_from_row
 
-__all__ = ["PROTECTED_STATES", "AttentionPage", "PruneResult", "Retention", "Waiting"]
+__all__ = ["PROTECTED_STATES", "AttentionPage", "PruneHooks", "PruneResult", "Pruning", "Retention",
+           "Waiting"]
+
+_T = TypeVar("_T")
 
 
 PROTECTED_STATES = (OutcomeState.BLOCKED.value, OutcomeState.UNKNOWN.value)
@@ -51,6 +55,29 @@ class AttentionPage(NamedTuple):
     waiting: list[Waiting]
     next: Cursor | None
     """the cursor of the following page (``None``: this is the last)"""
+
+
+class Pruning(NamedTuple):
+    """An outcome a prune batch removes. ``created_at`` tells it from an outcome made
+    again later under the same key."""
+
+    job: str
+    key: str
+    created_at: float
+
+
+class PruneHooks(Protocol):
+    """What goes with each batch a prune removes (its outcomes' ``runs/`` folders)."""
+
+    def before_commit(self, batch: list[Pruning]) -> None:
+        """Inside the batch's transaction, its rows deleted, just before the commit:
+        an exception rolls the batch back (and is raised)."""
+
+    def after_commit(self, batch: list[Pruning]) -> None:
+        """The batch is committed: its rows are gone."""
+
+    def rolled_back(self, batch: list[Pruning]) -> None:
+        """The batch was rolled back after :meth:`before_commit` began: its rows stay."""
 
 
 class PruneResult(NamedTuple):
@@ -176,6 +203,7 @@ class Retention:
         drills: bool = False,
         dry_run: bool = False,
         on_batch: OnBatch | None = None,
+        hooks: PruneHooks | None = None,
     ) -> PruneResult:
         """Remove old outcomes with their attempts, steps and history.
 
@@ -184,7 +212,8 @@ class Retention:
         in ``keep`` are left alone). ``states`` narrows it (``blocked`` and
         ``unknown`` are refused); ``drills`` prunes drill trials only (every
         state, at any age unless ``older_than``). Never an outcome with an
-        active attempt. One transaction per batch; ``dry_run`` counts only.
+        active attempt. One transaction per batch, with ``hooks`` around its commit;
+        ``dry_run`` counts only.
         """
         bad = sorted(set(states) & set(PROTECTED_STATES)) if not drills else []
         if bad:
@@ -199,7 +228,7 @@ class Retention:
         counts = dict.fromkeys(TABLES, 0)
         removed: list[tuple[str, str]] = []
         while True:
-            with self.backend.transaction(write=not dry_run) as tx:
+            with self._batch(not dry_run, hooks) as (tx, hooked):
                 batch = self._prune_candidates(tx, older_than, keep or {}, states, job, drills,
                                                None if dry_run else _BATCH)
                 if not batch:
@@ -208,7 +237,7 @@ class Retention:
                     batch = self._still_prunable(tx, batch, drills)
                     if not batch:
                         continue
-                keys = [k for _, k in batch]
+                keys = [p.key for p in batch]
                 if dry_run:
                     for i in range(0, len(keys), _BATCH):
                         chunk = keys[i:i + _BATCH]
@@ -220,7 +249,7 @@ class Retention:
                                          f" ({', '.join('?' * len(chunk))})", tuple(chunk))
                             counts[table] += int(row["n"]) if row else 0
                     counts["rs_outcomes"] += len(keys)
-                    removed += batch
+                    removed += [(p.job, p.key) for p in batch]
                     break
                 if on_batch is not None:
                     on_batch({t: rows_of(tx, t, keys) for t in TABLES})
@@ -235,16 +264,50 @@ class Retention:
                                             tuple(keys))
                 counts["rs_outcomes"] += tx.run(f"DELETE FROM rs_outcomes WHERE key IN ({marks})",
                                                 tuple(keys))
-                removed += batch
+                removed += [(p.job, p.key) for p in batch]
+                if hooks is not None:
+                    hooked += batch
+                    hooks.before_commit(batch)
         return PruneResult(counts, removed)
 
-    def _still_prunable(self, tx: Tx, batch: list[tuple[str, str]], drills: bool
-                        ) -> list[tuple[str, str]]:
+    @contextlib.contextmanager
+    def _batch(self, write: bool, hooks: PruneHooks | None
+               ) -> Iterator[tuple[Tx, list[Pruning]]]:
+        """A batch's transaction, and the list its hooked outcomes go in: after the
+        commit they are passed to ``hooks.after_commit``, after a rollback to
+        ``hooks.rolled_back``."""
+        hooked: list[Pruning] = []
+        try:
+            with self.backend.transaction(write=write) as tx:
+                yield tx, hooked
+        except BaseException:
+            if hooks is not None and hooked:
+                hooks.rolled_back(hooked)
+            raise
+        if hooks is not None and hooked:
+            hooks.after_commit(hooked)
+
+    def holding(self, keys: Sequence[str], then: Callable[[dict[str, float]], _T]) -> _T:
+        """``then`` called with those of ``keys`` the ledger holds (each one's
+        ``created_at``), their rows locked until it returns (on SQLite, the ledger's
+        write lock): a prune's batch in flight is committed or rolled back before, so
+        what it set aside is judged by what it did, never by what it was doing."""
+        with self.backend.transaction() as tx:
+            known: dict[str, float] = {}
+            for i in range(0, len(keys), _BATCH):
+                chunk = list(keys[i:i + _BATCH])
+                for r in tx.rows(f"SELECT key, created_at FROM rs_outcomes WHERE key IN"
+                                 f" ({', '.join('?' * len(chunk))}){self.backend.lock_clause}",
+                                 tuple(chunk)):
+                    known[r["key"]] = float(r["created_at"])
+            return then(known)
+
+    def _still_prunable(self, tx: Tx, batch: list[Pruning], drills: bool) -> list[Pruning]:
         """``batch`` read again now that its rows are locked: an attempt that began
         (or a block that came) while the prune waited for the lock keeps its outcome."""
         if not batch:
             return batch
-        keys = [k for _, k in batch]
+        keys = [p.key for p in batch]
         marks = ", ".join("?" * len(keys))
         busy = {r["outcome_key"] for r in tx.rows(
             f"SELECT outcome_key FROM rs_attempts WHERE outcome_key IN ({marks}) AND state = ?",
@@ -254,12 +317,12 @@ class Retention:
                 f"SELECT key FROM rs_outcomes WHERE key IN ({marks})"
                 f" AND state IN ({', '.join('?' * len(PROTECTED_STATES))})",
                 (*keys, *PROTECTED_STATES))}
-        return [(j, k) for j, k in batch if k not in busy]
+        return [p for p in batch if p.key not in busy]
 
     def _prune_candidates(self, tx: Tx, older_than: float | None, keep: Mapping[str, float],
                           states: Sequence[str], job: str | None, drills: bool,
-                          limit: int | None) -> list[tuple[str, str]]:
-        """``(job, key)`` of the outcomes to prune now, oldest first (locked on PostgreSQL)."""
+                          limit: int | None) -> list[Pruning]:
+        """The outcomes to prune now, oldest first (locked on PostgreSQL)."""
         where: list[str] = []
         params: list[Any] = []
         if drills:
@@ -285,8 +348,9 @@ class Retention:
         where.append("NOT EXISTS (SELECT 1 FROM rs_attempts a WHERE a.outcome_key = o.key"
                      " AND a.state = ?)")
         params.append(AttemptState.ACTIVE.value)
-        sql = (f"SELECT o.job, o.key FROM rs_outcomes o WHERE {' AND '.join(where)}"
+        sql = (f"SELECT o.job, o.key, o.created_at FROM rs_outcomes o WHERE {' AND '.join(where)}"
                " ORDER BY o.updated_at, o.key")
         if limit is not None:
             sql += f" LIMIT {int(limit)}{self.backend.lock_clause}"
-        return [(r["job"], r["key"]) for r in tx.rows(sql, tuple(params))]
+        return [Pruning(r["job"], r["key"], float(r["created_at"]))
+                for r in tx.rows(sql, tuple(params))]

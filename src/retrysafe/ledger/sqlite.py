@@ -21,6 +21,13 @@ last connection to close checkpoints the log whole and removes it.
 A new ledger file is private: ``0600`` less what the umask takes away (SQLite
 gives its ``-wal`` and ``-shm`` files the database file's mode), in a folder
 made ``0700`` when it is missing. An existing file keeps its mode.
+
+A connection never crosses ``fork()``: a child forked from a process with the
+ledger open closes the connections it inherited, at once (the parent still holds
+the file's locks then, so the close changes nothing on disk), and opens its own
+on first use. Used in the child, the parent's connection would claim locks the
+child does not hold: the parent's close could then remove the write-ahead log
+under the child, and the child's commits with it.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -91,6 +99,7 @@ class _Transaction:
         self.backend, self.conn, self.write, self.lazy = backend, conn, write, lazy
 
     def __enter__(self) -> Tx:
+        self.backend._busy.add(self.conn)
         if self.write:
             try:
                 if self.lazy:  # this commit only: appended to the WAL, not synced
@@ -98,6 +107,7 @@ class _Transaction:
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 self._restore()
+                self.backend._busy.discard(self.conn)
                 raise self.backend._translate(exc) from None
         return _SqliteTx(self.conn)
 
@@ -112,6 +122,7 @@ class _Transaction:
             self._end(exc)
         finally:
             self._restore()
+            self.backend._busy.discard(self.conn)
 
     def _end(self, exc: BaseException | None) -> None:
         conn = self.conn
@@ -146,7 +157,10 @@ class SqliteBackend(Backend):
         self.synchronous = synchronous.upper()
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
+        self._busy: set[sqlite3.Connection] = set()
+        """connections inside a transaction or statement now (a forked child leaves them)"""
         self._lock = threading.Lock()
+        _OPEN.add(self)
         if must_exist and not path.is_file():
             raise LedgerError(f"no ledger at {path} (is --home right?)")
         try:
@@ -216,12 +230,16 @@ class SqliteBackend(Backend):
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         # A writing statement in autocommit takes the write lock when it starts
         # (waiting up to the busy timeout) and commits, durably, when it ends.
+        conn = self._conn()
+        self._busy.add(conn)
         try:
-            return self._conn().execute(sql, params).rowcount
+            return conn.execute(sql, params).rowcount
         except sqlite3.Error as exc:
             raise self._translate(exc) from None
         except UnicodeEncodeError as exc:
             raise not_text(exc) from None
+        finally:
+            self._busy.discard(conn)
 
     @contextlib.contextmanager
     def migration_lock(self) -> Iterator[Tx]:
@@ -278,3 +296,34 @@ class SqliteBackend(Backend):
                     conn.close()
             self._all.clear()
         self._local = threading.local()
+
+    def _forked(self) -> None:
+        """In a child just forked (the one thread left): close the connections the
+        parent opened, so SQLite forgets the locks it holds for the parent, and let
+        the child open its own. A connection another of the parent's threads was
+        using at the fork is left alone, never used nor closed: closing it would wait
+        for that thread's lock forever, or undo its write in the memory both share."""
+        inherited, busy = self._all, self._busy
+        self._all, self._busy = [], set()
+        self._local = threading.local()
+        self._lock = threading.Lock()  # the parent's may have been held by another thread
+        for conn in inherited:
+            if conn in busy or conn.in_transaction:
+                _LEFT_ALONE.append(conn)
+                continue
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+
+_OPEN: weakref.WeakSet[SqliteBackend] = weakref.WeakSet()
+"""Every backend of this process (a forked child closes what their connections inherited)."""
+_LEFT_ALONE: list[sqlite3.Connection] = []
+"""Connections a forked child inherited mid-use: kept, so nothing ever closes them."""
+
+
+def _after_fork_in_child() -> None:
+    for backend in list(_OPEN):
+        backend._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

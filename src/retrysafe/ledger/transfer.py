@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from ..errors import InvalidInput
-from .backend import Tx
 from . import moves
+from .backend import Tx
 from .core import LedgerCore
 from .listing import note_unlogged
 from .migrations import SCHEMA_VERSION

@@ -2,9 +2,13 @@
 
 Each sender gets the message as the JSON body a webhook receives
 (``{id, event, key, job, state, reason, unblock, host, time}``) and raises
-:class:`SendFailed` with one line when the receiver did not take it. The
-libraries a channel needs are imported here, when it sends: a run with
-nothing configured never imports httpx or apprise.
+:class:`SendFailed` with one line when the receiver did not take it. Every
+send is over in the plan's ``timeout`` whatever the receiver does (it runs
+in a thread the caller stops waiting for: :func:`_within`), and the sockets
+it opens time out by then too, so a receiver that never answers holds
+neither the run nor, for long, the thread. The libraries a channel needs
+are imported here, when it sends: a run with nothing configured never
+imports httpx or apprise.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from __future__ import annotations
 import subprocess
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import replace
+from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 from .config import Channel
@@ -20,6 +25,7 @@ from .config import Channel
 __all__ = ["SendFailed", "send", "subject", "text"]
 
 Body = Mapping[str, Any]
+T = TypeVar("T")
 
 
 class SendFailed(Exception):
@@ -52,33 +58,44 @@ def text(body: Body) -> str:
     return "\n".join(lines)
 
 
-def _http(method: str, url: str, timeout: float, **kw: Any) -> None:
-    """One request, over in ``timeout`` seconds whatever the receiver does (httpx's
-    own timeout bounds each read, not the whole: a receiver that trickles its
-    answer would hold the run). The answer's body is never read; a redirect is
-    not followed (following a 302 or 303 turns the POST into a GET without the
-    message) but refused, naming where it points."""
-    import httpx
+def _within(timeout: float, work: Callable[[], T], name: str, late: str) -> T:
+    """``work()``'s result, or what it raised, if it ends within ``timeout`` seconds;
+    otherwise :class:`SendFailed` (``late``) at the timeout. A library's own timeouts
+    bound each connect or read, not the whole: a receiver that answers a byte at a
+    time, or an SMTP dialogue of many steps, would hold the caller far longer. The
+    work goes on in a daemon thread until its own timeouts end it."""
+    result: list[T] = []
+    error: list[Exception] = []
 
-    answer: list[tuple[int, str, str]] = []
-    error: list[str] = []
-
-    def request() -> None:
+    def run() -> None:
         try:
-            with httpx.stream(method, url, timeout=timeout, follow_redirects=False, **kw) as resp:
-                answer.append((resp.status_code, resp.reason_phrase,
-                               resp.headers.get("location", "")))
-        except Exception as exc:  # noqa: BLE001 - any failure is one failed try
-            error.append(f"{type(exc).__name__}: {exc}")
+            result.append(work())
+        except Exception as exc:  # noqa: BLE001 - raised in the caller, as its own
+            error.append(exc)
 
-    worker = threading.Thread(target=request, name="retrysafe-notify-http", daemon=True)
+    worker = threading.Thread(target=run, name=f"retrysafe-notify-{name}", daemon=True)
     worker.start()
     worker.join(timeout)
     if error:
-        raise SendFailed(error[0])
-    if not answer:
-        raise SendFailed(f"no answer within {timeout:g}s")
-    status, reason, location = answer[0]
+        raise error[0]
+    if not result:
+        raise SendFailed(late)
+    return result[0]
+
+
+def _http(method: str, url: str, timeout: float, **kw: Any) -> None:
+    """One request, over in ``timeout`` seconds whatever the receiver does. The
+    answer's body is never read; a redirect is not followed (following a 302 or 303
+    turns the POST into a GET without the message) but refused, naming where it
+    points."""
+    import httpx
+
+    def request() -> tuple[int, str, str]:
+        with httpx.stream(method, url, timeout=timeout, follow_redirects=False, **kw) as resp:
+            return resp.status_code, resp.reason_phrase, resp.headers.get("location", "")
+
+    status, reason, location = _within(timeout, request, "http",
+                                       f"no answer within {timeout:g}s")
     if 300 <= status < 400:
         # the address may carry a token: name only its scheme and host
         to = urlsplit(urljoin(url, location)) if location else None
@@ -113,16 +130,30 @@ def _ping(channel: Channel, body: Body, timeout: float) -> None:
 
 def _email(channel: Channel, body: Body, timeout: float) -> None:
     from ..connectors.email import EmailConnector
+    from ..connectors.email._settings import ServerSettings, parse_settings
     from ..errors import RetrysafeError
 
+    def bound(server: ServerSettings) -> ServerSettings:
+        return replace(server, timeout=min(server.timeout, timeout))
+
     opts = channel.options
-    connector = EmailConnector.from_config(opts["connector"], opts["connector_table"])
+    settings = parse_settings(opts["connector"], opts["connector_table"])
+    rcpt = settings.recipient
+    # each connect and read of its SMTP and IMAP servers within the notification's
+    # timeout too (the connector's own may be longer): a try given up on ends soon
+    connector = EmailConnector(replace(
+        settings, smtp=bound(settings.smtp), imap=bound(settings.imap),
+        recipient=None if rcpt is None else replace(rcpt, server=bound(rcpt.server))))
     payload = {"to": list(opts["to"]), "subject": f"{opts.get('subject', '')}{subject(body)}".strip(),
                "body": text(body) + "\n"}
     try:
         # the notification's id as the step key: a retry finds the copy already sent
         # in the Sent folder and does not send it twice
-        connector.execute(f"notify/{body['id']}/{channel.name}", payload)
+        _within(timeout, lambda: connector.execute(f"notify/{body['id']}/{channel.name}", payload),
+                "email", f"no confirmed send within {timeout:g}s ({settings.smtp.describe()}, "
+                f"{settings.imap.describe()}); a later try looks in the Sent folder first")
+    except SendFailed:
+        raise
     except RetrysafeError as exc:
         raise SendFailed(exc.message) from None
     except Exception as exc:  # noqa: BLE001 - any connector failure is one failed try
@@ -169,7 +200,14 @@ def _apprise(channel: Channel, body: Body, timeout: float) -> None:
         if not sender.add(url):
             # the URL may hold a token: name only its scheme
             raise SendFailed(f"apprise does not accept the URL {url.split(':', 1)[0]}://...")
-    if not sender.notify(title=subject(body), body=text(body)):
+    for service in sender:  # its connects and reads within the timeout too
+        for attr in ("socket_connect_timeout", "socket_read_timeout"):
+            own = getattr(service, attr, None)
+            if isinstance(own, int | float) and not isinstance(own, bool) and own > timeout:
+                setattr(service, attr, timeout)
+    schemes = ", ".join(sorted({u.split(":", 1)[0] for u in channel.options["urls"]}))
+    if not _within(timeout, lambda: sender.notify(title=subject(body), body=text(body)),
+                   "apprise", f"apprise did not deliver within {timeout:g}s ({schemes})"):
         raise SendFailed("apprise could not deliver to every URL")
 
 

@@ -142,8 +142,20 @@ def _channel(where: str, name: str, table: object, connectors: Mapping[str, Any]
         if not isinstance(found, Mapping) or found.get("type") != "email":
             raise ConfigError(f"{where}: 'connector' must name an email connector declared as "
                               f"[connectors.NAME] with type = \"email\", not {conn!r}")
+        # its servers, ports and security checked now, not at the first send
+        from ..connectors.email._settings import parse_settings
+
+        try:
+            settings = parse_settings(conn, found)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        if settings.sender is None:  # a notification's message names no sender of its own
+            raise ConfigError(f"{where}: connector {conn!r} has no 'from': a notification "
+                              "is sent from the connector's address")
         options["connector_table"] = dict(found)
         options["to"] = _strings(where, "to", table["to"])
+        if not isinstance(table.get("subject", ""), str):
+            raise ConfigError(f"{where}: 'subject' must be a string (a prefix of the subject)")
     elif ctype == "openclaw":
         for fname in ("target", "channel", "account", "command"):
             if fname in table and (not isinstance(table[fname], str) or not table[fname]):

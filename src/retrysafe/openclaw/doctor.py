@@ -6,10 +6,13 @@ it is not ok, the command or setting that fixes it. The checks:
 * ``sh -lc``: OpenClaw runs a command job as ``sh -lc '...'``, which resets
   ``PATH``; a bare ``retrysafe`` there is not found, or is another installation;
 * ``cron jobs``: every OpenClaw command job that calls retrysafe names it by an
-  absolute path that exists, runs in a ``--command-cwd``, and uses this home;
+  absolute path that exists, runs in a ``--command-cwd``, uses this home, and
+  runs a job this home declares with the parameters it needs (``-p``; without
+  one, every run is refused);
 * ``plugin``: the guard plugin is installed and enabled in OpenClaw's config,
   names an executable retrysafe and this home, may see ``agent_end`` (to close
-  an agent run's attempt), and maps cron jobs to jobs this home declares;
+  an agent run's attempt), and maps cron jobs to jobs this home declares, with
+  the parameters they need;
 * ``agent home``: what ``RETRYSAFE_HOME`` an agent's ``exec`` shell sees.
 """
 
@@ -19,12 +22,16 @@ import json
 import os
 import shlex
 import subprocess
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..keys import SCHEDULE_TYPES
 from .context import openclaw_state_dir
+
+if TYPE_CHECKING:
+    from ..config import Job
 
 __all__ = ["Check", "check_cron_jobs", "check_plugin", "check_sh_lc", "read_openclaw_config"]
 
@@ -84,8 +91,13 @@ def _get(doc: Any, *keys: str) -> Any:
     return doc
 
 
+def _needed(job: Job) -> list[str]:
+    """The parameters ``job`` needs given (every one but its occurrence)."""
+    return [n for n, t in job.params.items() if t not in SCHEDULE_TYPES]
+
+
 def check_plugin(doc: dict[str, Any] | None, where: Path, problem: str, home: Path,
-                 jobs: Iterable[str]) -> Iterator[Check]:
+                 jobs: Mapping[str, Job]) -> Iterator[Check]:
     """The plugin's entry in OpenClaw's config, compared with this retrysafe home."""
     install = "retrysafe openclaw install-plugin"
     if doc is None:
@@ -125,13 +137,24 @@ def check_plugin(doc: dict[str, Any] | None, where: Path, problem: str, home: Pa
                     f"{prefix}.hooks.allowConversationAccess true")
     else:
         yield Check("ok", "plugin agent_end", "allowed (the attempt closes at the end of a turn)")
-    known = set(jobs)
+    from .runs import join_problem
+
     mapped: dict[str, Any] = config["jobs"] if isinstance(config.get("jobs"), dict) else {}
     for cron_id, spec in sorted(mapped.items()):
         name = spec.get("job") if isinstance(spec, dict) else spec
-        if name not in known:
+        job = jobs.get(name) if isinstance(name, str) else None
+        if job is None:
             yield Check("FAIL", "plugin jobs", f"cron job {cron_id} maps to {name!r}, which this "
                         "home does not declare", f"add [jobs.{name}] to retrysafe.toml or fix the map")
+            continue
+        given = spec.get("params") if isinstance(spec, dict) else None
+        params = {str(k): str(v) for k, v in given.items()} if isinstance(given, dict) else {}
+        why = join_problem(job, params, "its mapping")
+        if why is not None:
+            wanted = json.dumps({"job": name, "params": {n: "VALUE" for n in _needed(job)}})
+            yield Check("FAIL", "plugin jobs", f"cron job {cron_id}: {why}, so every guarded call "
+                        "of its runs is blocked", f"{prefix}.config.jobs.{cron_id} "
+                        f"{shlex.quote(wanted)}")
     if not mapped:
         yield Check("warn", "plugin jobs", "no cron job is mapped, so no agent tool call is guarded "
                     "(unmapped cron runs are blocked)", f"{prefix}.config.jobs.CRON-JOB-ID JOB")
@@ -150,8 +173,31 @@ def _command_of(job: dict[str, Any]) -> tuple[str, str | None, dict[str, str]]:
     return command, (str(cwd) if cwd else None), {str(k): str(v) for k, v in env.items()}
 
 
-def check_cron_jobs(listed: Any, home: Path) -> Iterator[Check]:
-    """Each OpenClaw command job that calls retrysafe, as ``openclaw cron list --json`` lists it."""
+def _job_trouble(entry: dict[str, Any], jobs: Mapping[str, Job]) -> tuple[str, str] | None:
+    """Why every run of command job ``entry`` is refused by this home (the job it runs is
+    not declared, or its ``-p`` parameters do not fit it), with the fix; ``None`` if not."""
+    from .runs import job_called, join_problem, params_of
+
+    name = job_called(entry)
+    if name is None:
+        return None
+    remake = "re-create it from retrysafe openclaw cron-command"
+    job = jobs.get(name)
+    if job is None:
+        return (f"runs job {name!r}, which this home does not declare, so every run fails",
+                f"add [jobs.{name}] to retrysafe.toml, or {remake} with a job it declares")
+    why = join_problem(job, params_of(entry))
+    if why is None:
+        return None
+    words = " ".join(f"-p {n}=VALUE" for n in _needed(job))
+    return (f"{why}, so every run fails (exit 2)",
+            f"{remake} {shlex.quote(name)} {words + ' ' if words else ''}-- CMD")
+
+
+def check_cron_jobs(listed: Any, home: Path,
+                    declared: Mapping[str, Job] | None = None) -> Iterator[Check]:
+    """Each OpenClaw command job that calls retrysafe, as ``openclaw cron list --json`` lists it;
+    with ``declared`` (this home's jobs), also whether the job it runs and its parameters fit."""
     jobs = listed.get("jobs", []) if isinstance(listed, dict) else listed
     seen = 0
     for job in jobs if isinstance(jobs, list) else []:
@@ -179,6 +225,10 @@ def check_cron_jobs(listed: Any, home: Path) -> Iterator[Check]:
         if not given:
             yield Check("warn", name, "names no home; it uses the default home of the gateway's user",
                         "re-create it from retrysafe openclaw cron-command (it adds --home)")
+            continue
+        trouble = _job_trouble(job, declared) if declared is not None else None
+        if trouble is not None:
+            yield Check("FAIL", name, *trouble)
             continue
         if cwd is None:
             yield Check("warn", name, "has no --command-cwd: it runs in the gateway's folder",

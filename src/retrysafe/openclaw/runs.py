@@ -26,7 +26,8 @@ from ..keys import SCHEDULE_TYPES
 if TYPE_CHECKING:
     from ..config import Job
 
-__all__ = ["JoinedRun", "answer_of", "cron_jobs_for", "join_problem", "not_joined", "params_of"]
+__all__ = ["JoinedRun", "answer_of", "cron_jobs_for", "job_called", "join_problem", "not_joined",
+           "params_of", "run_not_joined"]
 
 _YEAR_10000_MS = 253_402_300_800_000  # a run time past it is not a time datetime can hold
 _ANSWER = re.compile(r"^(done|busy|blocked|unknown|failed|stale|skipped|missed --run): ", re.M)
@@ -57,6 +58,14 @@ def not_joined(cron_job: str, cron_job_id: str, why: str) -> dict[str, str | Non
             "key": None, "state": None, "answer": None, "not_joined": why}
 
 
+def run_not_joined(cron_job: str, cron_job_id: str, at: datetime, status: str, answer: str,
+                   why: str) -> dict[str, str | float | None]:
+    """The ``--json`` entry of one run that could not be joined to an outcome, and why."""
+    return {"at": at.timestamp(), "cron_job": cron_job, "cron_job_id": cron_job_id,
+            "openclaw_status": status, "key": None, "state": None, "answer": answer,
+            "not_joined": why}
+
+
 def _words(job: Mapping[str, Any]) -> list[str]:
     from .doctor import _command_of
 
@@ -67,12 +76,29 @@ def _words(job: Mapping[str, Any]) -> list[str]:
         return command.split()
 
 
+# options of 'retrysafe [openclaw] run' and 'missed' that take a value, which may come
+# before JOB ('openclaw run --busy-error JOB', as cron-command --busy-error prints it)
+_VALUED = frozenset({"-p", "--param", "--openclaw-run-id", "--catch-up-window", "--since",
+                     "--until", "--grace"})
+
+
 def _job_word_at(words: list[str]) -> int | None:
-    """Index of JOB in ``retrysafe [GLOBAL...] [openclaw] run|missed JOB ...``."""
+    """Index of JOB in ``retrysafe [GLOBAL...] [openclaw] run|missed [OPTIONS] JOB ...``."""
     for i, word in enumerate(words[:-1]):
         if word in ("run", "missed") and (i == 0 or words[i - 1] != "--") and "--" not in words[:i]:
-            return i + 1
+            at = i + 1
+            while at < len(words) and words[at].startswith("-") and words[at] != "--":
+                at += 2 if words[at] in _VALUED else 1
+            return at if at < len(words) and words[at] != "--" else None
     return None
+
+
+def job_called(entry: Mapping[str, Any]) -> str | None:
+    """The retrysafe job an automation's command runs (``retrysafe [openclaw] run JOB``
+    or ``missed JOB``), or ``None`` when it runs none."""
+    words = _words(entry)
+    at = _job_word_at(words)
+    return words[at] if words and "retrysafe" in words[0] and at is not None else None
 
 
 def params_of(job: Mapping[str, Any]) -> dict[str, str]:
@@ -95,7 +121,8 @@ def params_of(job: Mapping[str, Any]) -> dict[str, str]:
 def join_problem(job: Job, params: Mapping[str, str], via: str = "its command") -> str | None:
     """Why runs passing ``params`` (``via`` what) cannot be joined to ``job``'s outcomes:
     a parameter it does not declare, one it needs (not the occurrence) that is not passed,
-    or a value not valid for its type; ``None`` when they can."""
+    a value not valid for its type, or values that make a key the job refuses (too long);
+    ``None`` when they can."""
     unknown = sorted(set(params) - set(job.params))
     if unknown:
         return (f"{via} passes -p {unknown[0]}=..., which job {job.name!r} does not declare "
@@ -104,9 +131,9 @@ def join_problem(job: Job, params: Mapping[str, str], via: str = "its command") 
     if missing:
         return f"{via} passes no -p {missing[0]}=VALUE, which job {job.name!r} needs"
     try:
-        job.resolve_params(params)
+        job.outcome_key(params)  # the key too: one too long is refused at every run
     except InvalidInput as exc:
-        return f"{via} passes a parameter job {job.name!r} refuses: {exc}"
+        return f"{via} passes parameters job {job.name!r} refuses: {exc}"
     return None
 
 
@@ -127,9 +154,7 @@ def cron_jobs_for(listed: Any, job: str, plugin_jobs: Mapping[str, Any]) -> Iter
         if by_plugin(entry, job, plugin_jobs):
             yield entry
             continue
-        words = _words(entry)
-        at = _job_word_at(words)
-        if words and "retrysafe" in words[0] and at is not None and words[at] == job:
+        if job_called(entry) == job:
             yield entry
 
 

@@ -14,6 +14,10 @@ export const DEFAULT_GUARDS = [{ tool: "message", class: "message" }];
 const HUMAN_ONLY = /(^|[\s;&|/])retrysafe(\s+--?\S+(\s+\S+)?)*\s+(approve|resolve|retry|break-lease|forget)\b/;
 const CRON_SESSION = /^agent:[^:]+:cron:([^:]+):run:/;
 const EVIDENCE_KEYS = ["messageId", "message_id", "id", "ts", "url"];
+// What a person runs to settle a step, as the ledger words it: <EVIDENCE> is the
+// placeholder the shell refuses (a redirection before the end of the line, then
+// '>' before '|'), so the line pasted unedited records nothing.
+const settleLine = (key, step) => `retrysafe resolve ${key} ${step} --found <EVIDENCE> | --absent`;
 
 /** The canonical JSON of a value: keys sorted, no spaces. */
 export function canonicalJson(value) {
@@ -259,8 +263,8 @@ export function createGuard(config = {}, { logger, run = runCli, lookup = runLoo
     }
     if (d.action === "lookup") {
       if (!guard.lookup) {
-        await cli("block", entry.key, step, "--reason", `${d.reason}; no lookup declared for ${toolName}`, "--attempt", entry.attempt);
-        return block(`${d.step_key} may have happened already and no lookup is declared; a human decides: retrysafe resolve ${entry.key} ${step} --found EVIDENCE | --absent`);
+        const stopped = await cli("block", entry.key, step, "--reason", `${d.reason}; no lookup declared for ${toolName}`, "--attempt", entry.attempt, "--json");
+        return block(`${d.step_key} may have happened already and no lookup is declared; a human decides: ${stopped.json?.unblock || settleLine(entry.key, step)}`);
       }
       const found = await lookup(guard.lookup, d.step_key, home, timeoutMs);
       if (found.found) {
@@ -272,8 +276,8 @@ export function createGuard(config = {}, { logger, run = runCli, lookup = runLoo
         const answer = await intend(entry, step, cls, call, `lookup: ${guard.lookup}`);
         return answer.code === 0 ? undefined : unreachable(answer);
       }
-      await cli("block", entry.key, step, "--reason", found.ambiguous, "--attempt", entry.attempt);
-      return askHuman(`Settle ${d.step_key}`, `${found.ambiguous}. Allow only if you checked it did not happen; or run: retrysafe resolve ${entry.key} ${step} --found EVIDENCE | --absent`,
+      const stopped = await cli("block", entry.key, step, "--reason", found.ambiguous, "--attempt", entry.attempt, "--json");
+      return askHuman(`Settle ${d.step_key}`, `${found.ambiguous}. Allow only if you checked it did not happen; or run: ${stopped.json?.unblock || settleLine(entry.key, step)}`,
         async () => {
           const settle = await cli("resolve", entry.key, step, "--absent");
           if (settle.code === 0) await intend(entry, step, cls, call, "a person, asked by OpenClaw");

@@ -1,0 +1,190 @@
+"""More of the Python API misused: a step name that is not text, a ``validate`` that
+returns nothing, an ``EffectFailed`` whose message is not UTF-8, and an engine used by
+a child forked from the process that opened it. Each gives one clear error of
+retrysafe's own types (or just works), and the ledger keeps what happened."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import retrysafe
+from retrysafe import ABSENT, EffectFailed
+from retrysafe.errors import InvalidInput, StepFailed
+
+CONFIG = """
+[jobs.report]
+key = "report:{week}"
+params = { week = "str" }
+max_attempts = 5
+"""
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    (tmp_path / "retrysafe.toml").write_text(CONFIG)
+    return tmp_path
+
+
+def _states(home: Path, key: str) -> tuple[str | None, dict[str, tuple[str, str]]]:
+    ledger = retrysafe.open_ledger(f"sqlite:///{home / 'ledger.sqlite3'}")
+    try:
+        out = ledger.outcome(key)
+        steps = {s.name: (s.state, s.reason) for s in ledger.steps(key)}
+        return (out.state if out else None), steps
+    finally:
+        ledger.close()
+
+
+@pytest.mark.parametrize("name", [5, 2.5, None, b"send", ["send"]],
+                         ids=["int", "float", "none", "bytes", "list"])
+def test_a_step_or_item_name_that_is_not_text_is_refused_as_invalid_input(
+        home: Path, name: Any) -> None:
+    """``run.effect(5, ...)`` raised a bare TypeError from the name check; it is the
+    same InvalidInput as any other bad name, saying a name is text, and nothing runs."""
+    calls: list[str] = []
+    with pytest.raises(InvalidInput, match=r"step name .* is not valid: give it as text"), \
+            retrysafe.start("report", {"week": "w1"}, home=home) as run:
+        run.effect(name, "message", execute=lambda k: calls.append(k) or "sent")
+    if name is not None:  # (no item at all is item=None)
+        with pytest.raises(InvalidInput, match=r"item name .* is not valid: give it as text"), \
+                retrysafe.start("report", {"week": "w2"}, home=home) as run:
+            run.effect("send", "message", item=name, execute=lambda k: calls.append(k) or "sent")
+    with pytest.raises(InvalidInput, match=r"step name .* is not valid: give it as text"), \
+            retrysafe.start("report", {"week": "w3"}, home=home) as run:
+        run.generate(name, lambda out: out.write_text("x"))
+    assert calls == []
+    assert _states(home, "report:w1")[1] == {} and _states(home, "report:w2")[1] == {}
+
+
+def test_a_validate_that_returns_none_says_what_it_should_return(home: Path) -> None:
+    """A ``validate`` that forgets its ``return`` rejected the artifact with "validation
+    rejected the artifact"; the error now says it returned None where True (accept) or
+    False (reject) was expected. The step is failed, the next run produces it again."""
+    with pytest.raises(StepFailed) as raised, \
+            retrysafe.start("report", {"week": "w1"}, home=home) as run:
+        run.generate("render", lambda out: out.write_text("report"), validate=lambda p: None)
+    assert "validate returned None" in str(raised.value)
+    assert "True" in str(raised.value) and "False" in str(raised.value)
+    state, steps = _states(home, "report:w1")
+    assert state == "failed" and steps["render"][0] == "failed"
+    assert "validate returned None" in steps["render"][1]
+    with retrysafe.start("report", {"week": "w1"}, home=home) as run:
+        path = run.generate("render", lambda out: out.write_text("report"),
+                            validate=lambda p: p.read_text() == "report")
+    assert path.read_text() == "report"
+    assert _states(home, "report:w1")[0] == "done"
+
+
+@pytest.mark.parametrize(("message", "stored"), [
+    (b"smtp said \xff\xfe no", "smtp said \\xff\\xfe no"),
+    ("smtp said \udcff no", "smtp said \\xff no"),
+    ("lone \ud800 surrogate", "lone \\ud800 surrogate"),
+    (b"plain bytes", "plain bytes"),
+], ids=["bytes", "surrogate-escaped", "lone-surrogate", "utf8-bytes"])
+def test_effect_failed_with_a_message_that_is_not_utf8_fails_the_step(
+        home: Path, message: Any, stored: str) -> None:
+    """The step said "nothing happened" (EffectFailed), but its message was bytes or held
+    lone surrogates: the step ended unknown (a raw TypeError, or the ledger refusing the
+    text), so the next run had to look it up. It is failed now, the message escaped."""
+    def execute(key: str) -> str:
+        raise EffectFailed(message)
+
+    with pytest.raises(StepFailed) as raised, \
+            retrysafe.start("report", {"week": "w1"}, home=home) as run:
+        run.effect("send", "message", execute=execute)
+    assert stored in str(raised.value)
+    str(raised.value).encode("utf-8")  # text, all of it
+    state, steps = _states(home, "report:w1")
+    assert state == "failed"
+    assert steps["send"] == ("failed", stored)
+    # failed means nothing happened: the next run executes again, without a lookup
+    with retrysafe.start("report", {"week": "w1"}, home=home) as run:
+        assert run.effect("send", "message", execute=lambda k: "sent") == "sent"
+
+
+def _child(work: Any) -> int:
+    """Fork; run ``work`` in the child (its exit code: 0, or 1 with the traceback on
+    stderr); returns the child's pid."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            work()
+            code = 0
+        except BaseException:  # noqa: BLE001 - reported by the exit code
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _exit_code(pid: int) -> int:
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_a_forked_child_using_its_parents_engine_keeps_its_work(
+        tmp_path: Path, ledger_url: str) -> None:
+    """A child forked from a process with an open Engine used the parent's ledger
+    connection. On SQLite the child did not hold the file's locks, so the parent's
+    close removed the write-ahead log under it and the child's outcome, reported done,
+    was lost; on PostgreSQL the parent's close ended the session the child still used.
+    The child now opens connections of its own, and its work is kept."""
+    (tmp_path / "retrysafe.toml").write_text(CONFIG)
+    engine = retrysafe.Engine.open(tmp_path, ledger=ledger_url)
+    with engine.start("report", {"week": "parent"}) as run:
+        run.effect("send", "message", execute=lambda k: "sent-parent", lookup=lambda k: ABSENT)
+    go_read, go_write = os.pipe()
+
+    def child() -> None:
+        os.read(go_read, 1)  # the parent closed its engine
+        with engine.start("report", {"week": "child"}) as run:
+            run.effect("send", "message", execute=lambda k: "sent-child", lookup=lambda k: ABSENT)
+        # and ends as a multiprocessing worker does: os._exit, closing nothing
+
+    pid = _child(child)
+    engine.close()
+    os.write(go_write, b"x")
+    assert _exit_code(pid) == 0
+    # the parent's engine works on after the child closed its own
+    with engine.start("report", {"week": "after"}) as run:
+        run.effect("send", "message", execute=lambda k: "sent-after", lookup=lambda k: ABSENT)
+    engine.close()
+    ledger = retrysafe.open_ledger(ledger_url)
+    try:
+        for week in ("parent", "child", "after"):
+            out = ledger.outcome(f"report:{week}")
+            assert out is not None and out.state == "done", week
+            [step] = ledger.steps(f"report:{week}")
+            assert step.evidence == f"sent-{week}"
+    finally:
+        ledger.close()
+    for fd in (go_read, go_write):
+        os.close(fd)
+
+
+def test_a_forked_child_closing_the_engine_leaves_the_parents_connection_alone(
+        tmp_path: Path, ledger_url: str) -> None:
+    """The child ends with ``engine.close()`` (a ``with`` block, an exit handler): the
+    parent's connection, which the child inherited, stays open and working for the
+    parent."""
+    (tmp_path / "retrysafe.toml").write_text(CONFIG)
+    engine = retrysafe.Engine.open(tmp_path, ledger=ledger_url)
+    with engine.start("report", {"week": "w1"}) as run:
+        run.effect("send", "message", execute=lambda k: "one", lookup=lambda k: ABSENT)
+
+    def child() -> None:
+        with engine.start("report", {"week": "w2"}) as run:
+            run.effect("send", "message", execute=lambda k: "two", lookup=lambda k: ABSENT)
+        engine.close()
+
+    assert _exit_code(_child(child)) == 0
+    with engine.start("report", {"week": "w3"}) as run:
+        run.effect("send", "message", execute=lambda k: "three", lookup=lambda k: ABSENT)
+    assert [engine.ledger.outcome(f"report:w{n}").state for n in (1, 2, 3)] == ["done"] * 3
+    engine.close()
