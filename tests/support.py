@@ -92,3 +92,39 @@ def can_map_an_unknown_uid() -> bool:
     probe = subprocess.run(["unshare", "-U", "--map-user=4242", "--map-group=4242", "true"],
                            capture_output=True, check=False)
     return probe.returncode == 0
+
+
+REPORT_CONFIG = """
+[jobs.report]
+key = "report:{week}"
+params = { week = "isoweek" }
+"""
+"""A weekly job of one parameter, as the tests of lost and pruned work use it."""
+
+
+def report_with_checked_step(home: Home, tmp_path: Path) -> tuple[Path, str]:
+    """``home`` with :data:`REPORT_CONFIG`, a file standing for the external system,
+    and the command of a step whose effect appends its key to that file and whose
+    check finds it there."""
+    home.path.mkdir(parents=True, exist_ok=True)
+    home.config(REPORT_CONFIG)
+    effects = tmp_path / "effects.txt"
+    effects.touch()
+    script = (f"{sys.executable} -m retrysafe step send --class message"
+              f" --check 'grep -qx \"$RETRYSAFE_STEP_KEY\" {effects} && echo found'"
+              f" -- sh -c 'echo \"$RETRYSAFE_STEP_KEY\" >> {effects}; echo msg-1'")
+    return effects, script
+
+
+def ledger_states(home: Path, key: str) -> tuple[str | None, dict[str, tuple[str, str]]]:
+    """The state of the outcome ``key`` in the SQLite ledger of ``home`` (``None``: not
+    there), and each of its steps' state and reason, by name."""
+    import retrysafe
+
+    ledger = retrysafe.open_ledger(f"sqlite:///{home / 'ledger.sqlite3'}")
+    try:
+        out = ledger.outcome(key)
+        steps = {s.name: (s.state, s.reason) for s in ledger.steps(key)}
+        return (out.state if out else None), steps
+    finally:
+        ledger.close()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import ledger_states as _states
 
 import retrysafe
 from retrysafe import ABSENT, Found
@@ -35,16 +36,6 @@ def home(tmp_path: Path) -> Path:
 
 def _ledger(home: Path) -> retrysafe.Ledger:
     return retrysafe.open_ledger(f"sqlite:///{home / 'ledger.sqlite3'}")
-
-
-def _states(home: Path, key: str) -> tuple[str | None, dict[str, tuple[str, str]]]:
-    ledger = _ledger(home)
-    try:
-        out = ledger.outcome(key)
-        steps = {s.name: (s.state, s.reason) for s in ledger.steps(key)}
-        return (out.state if out else None), steps
-    finally:
-        ledger.close()
 
 
 def _explode(key: str) -> str:

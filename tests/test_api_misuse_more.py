@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import ledger_states as _states
 
 import retrysafe
 from retrysafe import ABSENT, EffectFailed
@@ -28,16 +29,6 @@ max_attempts = 5
 def home(tmp_path: Path) -> Path:
     (tmp_path / "retrysafe.toml").write_text(CONFIG)
     return tmp_path
-
-
-def _states(home: Path, key: str) -> tuple[str | None, dict[str, tuple[str, str]]]:
-    ledger = retrysafe.open_ledger(f"sqlite:///{home / 'ledger.sqlite3'}")
-    try:
-        out = ledger.outcome(key)
-        steps = {s.name: (s.state, s.reason) for s in ledger.steps(key)}
-        return (out.state if out else None), steps
-    finally:
-        ledger.close()
 
 
 @pytest.mark.parametrize("name", [5, 2.5, None, b"send", ["send"]],

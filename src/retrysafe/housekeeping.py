@@ -503,17 +503,17 @@ def _taken_by_another(name: str) -> bool:
     """Whether ``name`` is a folder another prune took to remove (``NAME.removing-PID-…``)
     and that prune still runs: taking it again would have both remove it at once. One
     left by a prune that died is taken again."""
+    from .ledger import Holder
+    from .process import holder_gone, host_id
+
     _, sep, rest = name.partition(".removing-")
     pid = rest.split("-", 1)[0]
     if not sep or not pid.isdigit() or int(pid) == os.getpid():
         return False
     try:
-        os.kill(int(pid), 0)
-    except (ProcessLookupError, OverflowError):
-        return False
-    except PermissionError:
-        return True  # it lives, under another user
-    return True
+        return not holder_gone(Holder(host_id(), int(pid)))
+    except OverflowError:
+        return False  # no process has such a pid
 
 
 def _folder(home: Path, job: str, key: str, pruned: Pruned) -> Path | None:

@@ -6,30 +6,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
-from support import Home
+from support import REPORT_CONFIG, Home
+from support import report_with_checked_step as _setup
 
-PY = sys.executable
-CONFIG = """
-[jobs.report]
-key = "report:{week}"
-params = { week = "isoweek" }
-"""
-
-
-def _setup(home: Home, tmp_path: Path) -> tuple[Path, str]:
-    home.path.mkdir(parents=True, exist_ok=True)
-    home.config(CONFIG)
-    effects = tmp_path / "effects.txt"
-    effects.touch()
-    # the effect appends the step key; the check finds it there (the external system)
-    script = (f"{PY} -m retrysafe step send --class message"
-              f" --check 'grep -qx \"$RETRYSAFE_STEP_KEY\" {effects} && echo found'"
-              f" -- sh -c 'echo \"$RETRYSAFE_STEP_KEY\" >> {effects}; echo msg-1'")
-    return effects, script
+CONFIG = REPORT_CONFIG
 
 
 def _delete_ledger(home: Home) -> None:

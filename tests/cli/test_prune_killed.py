@@ -18,14 +18,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import Home
+from support import REPORT_CONFIG, Home
+from support import report_with_checked_step as _setup
 
 PY = sys.executable
-CONFIG = """
-[jobs.report]
-key = "report:{week}"
-params = { week = "isoweek" }
-"""
+CONFIG = REPORT_CONFIG
 
 # one outcome through the Python API, whose attempt writes journal lines, not a folder
 API = """
@@ -47,18 +44,6 @@ for n in range(int(sys.argv[2])):
 """
 
 AGED = ["prune", "--older-than", "30d", "--json"]
-
-
-def _setup(home: Home, tmp_path: Path) -> tuple[Path, str]:
-    home.path.mkdir(parents=True, exist_ok=True)
-    home.config(CONFIG)
-    effects = tmp_path / "effects.txt"
-    effects.touch()
-    # the effect appends the step key; the check finds it there (the external system)
-    script = (f"{PY} -m retrysafe step send --class message"
-              f" --check 'grep -qx \"$RETRYSAFE_STEP_KEY\" {effects} && echo found'"
-              f" -- sh -c 'echo \"$RETRYSAFE_STEP_KEY\" >> {effects}; echo msg-1'")
-    return effects, script
 
 
 def _run(home: Home, week: str, *cmd: str) -> int:

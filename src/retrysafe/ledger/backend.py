@@ -113,7 +113,8 @@ class Backend(ABC):
         lists what is wrong with it (each with what to do), and makes doctor fail."""
         return {}
 
-    def iter_split(self, script: str) -> Iterator[str]:
+    @staticmethod
+    def iter_split(script: str) -> Iterator[str]:
         for stmt in script.split(";"):
             if stmt.strip():
                 yield stmt.strip()

@@ -227,7 +227,7 @@ CREATE INDEX rs_outcomes_drills ON rs_outcomes (job, state) WHERE key LIKE '%~%'
 
 
 def _statements(script: str) -> list[str]:
-    return [stmt.strip() for stmt in script.split(";") if stmt.strip()]
+    return list(Backend.iter_split(script))
 
 
 _OUTCOMES_V11 = """
