@@ -38,7 +38,9 @@ _BATCH = 20_000
 def build(home: Path, n: int) -> None:
     """A home whose ledger holds ``n`` outcomes (written in bulk, then migrated indexes)."""
     from retrysafe.ledger import open_ledger
+    from retrysafe.ledger.migrations import WORDS
 
+    W = {w: code for code, w in enumerate(WORDS)}
     home.mkdir(parents=True, exist_ok=True)
     (home / "retrysafe.toml").write_text(CONFIG)
     db = home / "ledger.sqlite3"
@@ -67,9 +69,9 @@ def build(home: Path, n: int) -> None:
             steps.append((f"{key}/send", key, "send", "effect", "message", step_state, aid, 1,
                           None if waiting else f"msg-{i}", reason, "no_lookup" if state == "blocked" else "",
                           1, t + 1, t + 4))
-            events += [(key, "", t, "attempt", "", "active", ""),
-                       (key, "/send", t + 1, "step", "", "running", ""),
-                       (key, "/send", t + 4, "step", "running", step_state, reason)]
+            events += [(key, "", t, W["attempt"], 0, W["active"], ""),
+                       (key, "/send", t + 1, W["step"], 0, W["running"], ""),
+                       (key, "/send", t + 4, W["step"], W["running"], W[step_state], reason)]
         conn.executemany("INSERT INTO rs_outcomes (key, job, params, state, reason, cause, fence, attempts,"
                          " current_attempt, accepted_attempt, created_at, updated_at)"
                          " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", outcomes)
@@ -81,7 +83,8 @@ def build(home: Path, n: int) -> None:
         conn.executemany("INSERT INTO rs_steps (step_key, outcome_key, name, kind, effect_class, state,"
                          " attempt_id, fence, evidence, reason, cause, tries, created_at, updated_at)"
                          " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", steps)
-        # the history as the ledger stores it (migration 11): by the outcome's id, attempt 1
+        # the history as the ledger stores it (migrations 11 and 12): by the outcome's id,
+        # attempt 1, the kinds and states by their codes
         conn.executemany("INSERT INTO rs_history (outcome, step, at, attempt, fence, kind, from_state,"
                          " to_state, reason) VALUES ((SELECT id FROM rs_outcomes WHERE key = ?), ?, ?,"
                          " 1, 1, ?, ?, ?, ?)", events)
@@ -89,17 +92,16 @@ def build(home: Path, n: int) -> None:
     conn.execute("COMMIT")
     conn.execute("ANALYZE")
     conn.close()
-    # the trigger the bulk load dropped, as the ledger has it (migration 11's)
+    # the trigger the bulk load dropped, as the ledger has it (the latest migration's)
     from retrysafe.ledger import open_backend
     from retrysafe.ledger.migrations import MIGRATIONS, statements
 
     backend = open_backend(f"sqlite:///{db}")
     try:
-        script = next(s for v, _, s in MIGRATIONS if v == 11)
+        trigger = [stmt for _, _, script in MIGRATIONS for stmt in statements(backend, script)
+                   if stmt.startswith("CREATE TRIGGER rs_steps_created")][-1]
         with backend.transaction() as tx:
-            for stmt in statements(backend, script):
-                if stmt.startswith("CREATE TRIGGER rs_steps_created"):
-                    tx.run(stmt)
+            tx.run(trigger)
     finally:
         backend.close()
     (home / "built").write_text(_built(n))
@@ -108,7 +110,7 @@ def build(home: Path, n: int) -> None:
 def _built(n: int) -> str:
     """What a finished cache's ``built`` file holds; a cache built by an older version of
     this script (its parameters did not render its keys) is built again."""
-    return f"{n} v3"
+    return f"{n} v4"
 
 
 def cached_home(cache: Path, n: int) -> Path:

@@ -70,6 +70,10 @@ from _util import RESULTS, log, machine, median, write_json  # noqa: E402
 
 import retrysafe  # noqa: E402
 from retrysafe.engine import Engine  # noqa: E402
+from retrysafe.ledger.migrations import WORDS  # noqa: E402
+
+W = {w: code for code, w in enumerate(WORDS)}
+"""the codes of the history's kinds and states (schema 12), for the floor's statements"""
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 CONFIG = """\
@@ -190,9 +194,9 @@ def rs_floor(sync: str) -> Contestant:
               (aid, key, pid, started, now + 900, now))
             oid = x("SELECT id FROM rs_outcomes WHERE key = ?", (key,)).fetchone()[0]
             x("INSERT INTO rs_history (outcome, at, attempt, fence, kind, from_state, to_state,"
-              " reason) VALUES (?, ?, 1, 1, 'attempt', '', 'active', ?),"
-              " (?, ?, 1, 1, 'outcome', 'planned', 'running', '')",
-              (oid, now, f"attempt 1 started on host pid {pid}", oid, now))
+              " reason) VALUES (?, ?, 1, 1, ?, 0, ?, NULL), (?, ?, 1, 1, ?, ?, ?, '')",
+              (oid, now, W["attempt"], W["active"], oid, now, W["outcome"], W["planned"],
+               W["running"]))
             x("COMMIT")
             x(durable)
             x("INSERT INTO rs_steps (step_key, outcome_key, name, kind, effect_class, state,"
@@ -206,7 +210,8 @@ def rs_floor(sync: str) -> Contestant:
               " evidence = ?, updated_at = ? WHERE step_key = ? AND state = 'running'",
               (result, now, step))
             x("INSERT INTO rs_history (outcome, at, attempt, fence, kind, from_state, to_state)"
-              " VALUES (?, ?, 1, 1, 'outcome', 'running', 'delivered')", (oid, now))
+              " VALUES (?, ?, 1, 1, ?, ?, ?)",
+              (oid, now, W["outcome"], W["running"], W["delivered"]))
             x("UPDATE rs_outcomes SET state = 'delivered', updated_at = ? WHERE key = ?",
               (now, key))
             x("COMMIT")
@@ -217,8 +222,9 @@ def rs_floor(sync: str) -> Contestant:
             x("UPDATE rs_outcomes SET state = 'done', updated_at = ?, current_attempt = NULL,"
               " accepted_attempt = ? WHERE key = ?", (now, aid, key))
             x("INSERT INTO rs_history (outcome, at, attempt, fence, kind, from_state, to_state,"
-              " reason) VALUES (?, ?, 1, 1, 'attempt', 'active', 'finished', 'result done'),"
-              " (?, ?, 1, 1, 'outcome', 'delivered', 'done', '')", (oid, now, oid, now))
+              " reason) VALUES (?, ?, 1, 1, ?, ?, ?, 'result done'), (?, ?, 1, 1, ?, ?, ?, '')",
+              (oid, now, W["attempt"], W["active"], W["finished"], oid, now, W["outcome"],
+               W["delivered"], W["done"]))
             x("COMMIT")
             x(durable)
 

@@ -309,7 +309,8 @@ class ThrowawayServer:
 
 
 def empty_ledger_tables(dsn: str) -> None:
-    """Empty every ledger table of the database at ``dsn`` but the migration record.
+    """Empty every ledger table of the database at ``dsn`` but the migration record and
+    the history's words (written by a migration: ``rs_words``).
 
     The ``rs_`` tables are read from the database, so tables added by later
     migrations are emptied too; ``RESTART IDENTITY`` makes history ids replay.
@@ -320,7 +321,8 @@ def empty_ledger_tables(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         tables = [r[0] for r in conn.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
-            " AND left(tablename, 3) = 'rs_' AND tablename <> 'rs_schema'"
+            " AND left(tablename, 3) = 'rs_'"
+            " AND tablename NOT IN ('rs_schema', 'rs_words')"
             " ORDER BY tablename").fetchall()]
         if tables:
             conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(

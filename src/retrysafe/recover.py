@@ -35,7 +35,7 @@ from .keys import step_key, unslug
 from .ledger import Ledger
 from .ledger.backend import Tx
 from .ledger.listing import note_unlogged
-from .ledger.moves import OUTCOME_ID, step_suffix
+from .ledger.moves import HISTORY_COLUMNS, HISTORY_VALUES, step_suffix
 from .ledger.records import dumps
 from .states import AttemptState, OutcomeState, StepState
 
@@ -46,6 +46,7 @@ _CHECKSUM = re.compile(r"^(?:sha256:)?[0-9a-f]{64}$")
 # log actions that prove an effect happened, with its evidence
 _PROVEN = {("record", "done"), ("update", "done"), ("lookup", "found"), ("check", "skip")}
 _ACTOR = "retrysafe recover"
+_HISTORY = f"INSERT INTO rs_history ({HISTORY_COLUMNS}) VALUES {HISTORY_VALUES}"
 
 
 @dataclass
@@ -360,13 +361,11 @@ def write(ledger: Ledger, recovered: Recovered) -> bool:
                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (skey, out.key, step.name, step.item, step.kind, step.state, attempt,
                         step.evidence, step.artifact, step.checksum, step.reason, now, now))
-                tx.run("INSERT INTO rs_history (outcome, step, at, fence, actor, kind, to_state,"
-                       f" reason) VALUES ({OUTCOME_ID}, ?, ?, 0, ?, 'step', ?, ?)",
-                       (out.key, step_suffix(out.key, skey), now, _ACTOR, step.state,
-                        step.reason or f"rebuilt from the attempt folders: {step.evidence}"))
-            tx.run("INSERT INTO rs_history (outcome, step, at, fence, actor, kind, to_state,"
-                   f" reason) VALUES ({OUTCOME_ID}, '', ?, 0, ?, 'outcome', ?, ?)",
-                   (out.key, now, _ACTOR, out.state, out.reason))
+                tx.run(_HISTORY, (out.key, step_suffix(out.key, skey), now, None, 0, _ACTOR,
+                                  "step", "", step.state, step.reason
+                                  or f"rebuilt from the attempt folders: {step.evidence}"))
+            tx.run(_HISTORY, (out.key, "", now, None, 0, _ACTOR, "outcome", "", out.state,
+                              out.reason))
     return True
 
 

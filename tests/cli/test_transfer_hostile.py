@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from support import Home
 
+from retrysafe.ledger.migrations import SCHEMA_VERSION
+
 RS = f"{sys.executable} -m retrysafe"
 CONFIG = """
 [jobs.pay]
@@ -298,14 +300,16 @@ def test_a_history_row_naming_what_the_file_lacks_is_refused(
     assert _keys(target) == []
 
 
+@pytest.mark.parametrize("older_version", [10, 11])
 def test_an_export_of_schema_10_imports_and_reads_back_the_same(
-        tmp_path: Path, exported: Path) -> None:
-    """Schema 11 changed how the history is stored, not the rows an export holds: a file
-    written by a retrysafe of schema 10 imports, and exports again row for row."""
+        tmp_path: Path, exported: Path, older_version: int) -> None:
+    """Schemas 11 and 12 changed how the history is stored, not the rows an export
+    holds: a file written by a retrysafe of schema 10 or 11 imports, and exports again
+    row for row."""
     records = _records(exported)
-    assert records[0]["schema_version"] == 11
-    records[0]["schema_version"] = 10
-    older = _write(tmp_path / "v10.jsonl", records)
+    assert records[0]["schema_version"] == SCHEMA_VERSION
+    records[0]["schema_version"] = older_version
+    older = _write(tmp_path / "older.jsonl", records)
     target = _fresh(tmp_path / "target")
     proc = target.run("import", str(older))
     assert proc.returncode == 0, proc.stderr
@@ -315,7 +319,7 @@ def test_an_export_of_schema_10_imports_and_reads_back_the_same(
     assert rows == [r for r in records if "table" in r]
     history = json.loads(target.run("history", "pay:1", "--json").stdout)
     assert [e["actor"] for e in history][:1] == ["attempt-1"]
-    for version in (9, 12):
+    for version in (9, SCHEMA_VERSION + 1):
         records[0]["schema_version"] = version
         proc = target.run("import", "--merge", str(_write(tmp_path / f"v{version}.jsonl", records)))
         _one_line_refusal(proc)

@@ -297,3 +297,97 @@ def test_a_version_10_ledger_gets_the_compact_history_and_reads_it_as_before(
         with led.backend.transaction() as tx:
             ids = tx.rows("SELECT key, id FROM rs_outcomes ORDER BY id")
         assert len({r["id"] for r in ids}) == 3
+
+
+# history rows as a version-11 ledger holds them: (step, attempt, actor, kind, from, to,
+# reason, stored as NULL by schema 12?)
+_V11_ROWS = [
+    ("", 1, "", "attempt", "", "active", "attempt 1 started: pid 42 on h", True),
+    ("", 1, "", "outcome", "planned", "running", "", False),
+    ("/send", 1, "", "step", "", "running", "attempt 1 started it", True),
+    ("/send", 1, "alice", "step", "", "running", "attempt 1 started it", False),
+    ("/send", 1, "", "step", "running", "done", "attempt 2 started it", False),
+    ("", 2, "", "attempt", "", "active", "attempt 2 started: an agent on h2 (no process)", True),
+    ("", 2, "", "attempt", "", "active", "attempt 2 started: pid 42 on h", False),
+    ("", None, "bob", "odd", "", "weird", "ópś", False),
+]
+
+
+def test_a_version_11_ledger_stores_kinds_as_codes_and_reads_its_history_as_before(
+        ledger_url: str) -> None:
+    """Schema 12 stores a history row's kind and states as codes and the reasons an
+    attempt writes in every outcome as NULL: each row reads back as it was, the
+    ones stored as NULL only where the text is exactly what the row's attempt
+    gives, a word this version does not write keeps its own code, and the next id
+    continues the old sequence."""
+    backend = _backend(ledger_url)
+    _schema_at(backend, 11)
+    backend = _backend(ledger_url)
+    try:
+        with backend.transaction() as tx:
+            tx.run("INSERT INTO rs_outcomes (key, job, params, state, fence, attempts,"
+                   " current_attempt, created_at, updated_at)"
+                   " VALUES ('rep:a', 'rep', '{}', 'running', 2, 2, 'att-2', 0, 0)")
+            for aid, number, pid, host in (("att-1", 1, 42, "h"), ("att-2", 2, None, "h2")):
+                tx.run("INSERT INTO rs_attempts (id, outcome_key, number, fence, state,"
+                       " holder_host, holder_pid, lease_expires, started_at)"
+                       " VALUES (?, 'rep:a', ?, ?, 'active', ?, ?, 1e12, 0)",
+                       (aid, number, number, host, pid))
+            for i, (step, number, actor, kind, frm, to, why, _) in enumerate(_V11_ROWS):
+                tx.run("INSERT INTO rs_history (outcome, step, at, attempt, fence, actor, kind,"
+                       " from_state, to_state, reason) SELECT id, ?, ?, ?, 1, ?, ?, ?, ?, ?"
+                       " FROM rs_outcomes", (step, 100.0 + i, number, actor, kind, frm, to, why))
+            tx.run("INSERT INTO rs_history (outcome, at, kind, to_state)"
+                   " SELECT id, 0, 'outcome', 'gone' FROM rs_outcomes")
+            tx.run("DELETE FROM rs_history WHERE to_state = 'gone'")
+            before = tx.rows("SELECT * FROM rs_events ORDER BY id")
+    finally:
+        backend.close()
+    assert len(before) == len(_V11_ROWS)
+    with open_ledger(ledger_url) as led:
+        assert led.schema_version() == SCHEMA_VERSION
+        after = [e._asdict() for e in led.history("rep:a")]
+        assert after == [{**row, "at": float(row["at"]), "fence": int(row["fence"])}
+                         for row in before]
+        with led.backend.transaction(write=False) as tx:
+            stored = tx.rows("SELECT h.id, h.reason, k.word AS kind, k.code FROM rs_history h"
+                             " JOIN rs_words k ON k.code = h.kind ORDER BY h.id")
+        assert [r["reason"] is None for r in stored] == [row[-1] for row in _V11_ROWS]
+        assert [r["kind"] for r in stored] == [row[3] for row in _V11_ROWS]
+        assert stored[-1]["code"] >= 1000  # "odd": not a word of this version
+        # an attempt begun before the upgrade moves a step on: the usual reason is
+        # stored as NULL and read back; the id continues after the deleted row's
+        attempt = led.attempt("att-2")
+        assert attempt is not None
+        led.move_step(attempt, "rep:a/post", "running", name="post", expect=[None],
+                      reason="attempt 2 started it")
+        newest = led.history("rep:a")[-1]
+        assert (newest.id, newest.step_key, newest.reason) == (
+            len(_V11_ROWS) + 2, "rep:a/post", "attempt 2 started it")
+        with led.backend.transaction(write=False) as tx:
+            row = tx.one("SELECT reason FROM rs_history WHERE id = ?", (newest.id,))
+        assert row is not None and row["reason"] is None
+
+
+def test_a_kind_or_state_without_a_code_gets_one_of_its_own(ledger_url: str) -> None:
+    """A history row whose kind or state ``rs_words`` has no code for (a word a later
+    version writes) gets a code from 1000 on instead of being refused, and reads back."""
+    with open_ledger(ledger_url) as led:
+        claim = led.claim("rep:w", job="rep", params={}, holder=Holder("h", 7),
+                          lease_seconds=60, max_attempts=3)
+        assert claim.attempt is not None
+        with led.backend.transaction() as tx:
+            led._log(tx, "rep:w", kind="rehearsal", frm="running", to="rehearsed",
+                     actor="carol", reason="a word of a later version")
+            led._log(tx, "rep:w", kind="rehearsal", to="rehearsed", actor="carol")
+        rows = [(e.kind, e.from_state, e.to_state, e.actor, e.reason)
+                for e in led.history("rep:w")]
+        assert rows == [
+            ("attempt", "", "active", "attempt-1", "attempt 1 started: pid 7 on h"),
+            ("outcome", "planned", "running", "attempt-1", ""),
+            ("rehearsal", "running", "rehearsed", "carol", "a word of a later version"),
+            ("rehearsal", "", "rehearsed", "carol", "")]
+        with led.backend.transaction(write=False) as tx:
+            codes = {r["word"]: int(r["code"]) for r in tx.rows(
+                "SELECT word, code FROM rs_words WHERE code >= 1000")}
+        assert codes == {"rehearsal": 1000, "rehearsed": 1001}

@@ -38,8 +38,9 @@ def _in_flight(url: str, key: str) -> psycopg.Connection[Any]:
     its transaction not committed yet."""
     conn = psycopg.connect(url)
     conn.execute("INSERT INTO rs_history (outcome, at, actor, kind, from_state, to_state)"
-                 " SELECT id, 0, 'other', 'outcome', 'running', 'failed' FROM rs_outcomes"
-                 " WHERE key = %s", (key,))
+                 " SELECT id, 0, 'other', k.code, f.code, t.code FROM rs_outcomes, rs_words k,"
+                 " rs_words f, rs_words t WHERE key = %s AND k.word = 'outcome'"
+                 " AND f.word = 'running' AND t.word = 'failed'", (key,))
     conn.execute("UPDATE rs_outcomes SET state = 'failed', current_attempt = NULL"
                  " WHERE key = %s", (key,))
     return conn

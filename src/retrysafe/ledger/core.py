@@ -111,8 +111,6 @@ _STEP_FIELDS = frozenset(
 )
 
 
-_HISTORY_MARKS = ("(" + moves.OUTCOME_ID + ", "
-                  + ", ".join("?" * (len(moves.HISTORY_COLUMNS.split(",")) - 1)) + ")")
 # the steps' columns, then the outcome's: records are built by position
 _OUTCOME_AND_STEPS = (
     "SELECT " + ", ".join(f"s.{c}" for c in STEP_COLUMNS) + ", "
@@ -128,10 +126,10 @@ def new_attempt_id() -> str:
 
 def _event(tx: Tx, key: str, *, kind: str, to: str, frm: str = "", step_key: str = "",
            attempt: AttemptRecord | None = None, actor: str = "",
-           reason: str = "") -> tuple[Any, ...]:
+           reason: str | None = "") -> tuple[Any, ...]:
     """One history row's values, in :data:`moves.HISTORY_COLUMNS` order (the outcome
     by its key, which the insert turns into its id; the actor empty when it is the
-    attempt itself)."""
+    attempt itself; a reason of None the row's usual one, see :data:`moves.HISTORY_VALUES`)."""
     if attempt is not None and actor == f"attempt-{attempt.number}":
         actor = ""
     return (key, moves.step_suffix(key, step_key), tx.now, attempt.number if attempt else None,
@@ -228,7 +226,10 @@ class LedgerCore:
     def _write_events(tx: Tx, events: list[tuple[Any, ...]]) -> None:
         """History rows, in order, in one statement."""
         if events:
-            values = ", ".join([_HISTORY_MARKS] * len(events))
+            # (a kind or state a ledger has no code for would be refused: it gets one)
+            if not moves.KNOWN_WORDS.issuperset(w for e in events for w in e[6:9]):
+                moves.add_words(tx, (w for e in events for w in e[6:9]))
+            values = ", ".join([moves.HISTORY_VALUES] * len(events))
             tx.run(f"INSERT INTO rs_history ({moves.HISTORY_COLUMNS}) VALUES {values}",
                    tuple(v for e in events for v in e))
 
@@ -402,8 +403,10 @@ class LedgerCore:
             "holder_pid": holder.pid, "holder_started": holder.started,
             "lease_expires": tx.now + lease_seconds, "context": dumps(dict(context or {})),
             "started_at": tx.now, "ended_at": None})
+        # the reason, "attempt N started: <holder>", is read back from the attempt's row
+        # (rs_events, migration 12): stored as NULL
         events = [_event(tx, out.key, kind="attempt", to=AttemptState.ACTIVE, attempt=attempt,
-                         reason=f"attempt {number} started: {holder.shown()}")]
+                         reason=None)]
         # generated/delivered are progress marks a new attempt resumes from.
         state = out.state if out.state in PROGRESS_MARKS else _O.RUNNING
         out = self._set_outcome(
@@ -662,7 +665,8 @@ class LedgerCore:
         if sources:
             update = (*changes, "updated_at")
             params += [*changes.values(), step_key, *sources]
-        params += [attempt.number, ""]  # the history row's attempt and actor (the attempt)
+        # the history row's attempt, actor (the attempt) and the attempt again (its reason)
+        params += [attempt.number, "", attempt.number]
         progress = _progress_sources(outcome_state)
         if progress:
             params += [outcome_state, *progress, attempt.number, "", outcome_state]

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from ..keys import DRILL_MARK
 from .backend import Backend, Tx
+from .migrations import WORDS
 from .records import OutcomeRecord, outcome_from_row
 
 __all__ = ["ROW_MARK", "UNLOGGED", "WHOLE_MARK", "Cursor", "Gauges", "HistoryDelta", "Listing",
@@ -86,6 +87,14 @@ class Gauges(NamedTuple):
 
 ROW_MARK = "outcome_key || '|' || kind || '|' || to_state || '|' || CAST(at AS TEXT)"
 """What tells one history row from another that took its id (SQL over rs_events)."""
+# the codes of the kinds and states the metrics count (rs_history, migration 12): a
+# word of migrations.WORDS keeps its code
+_STEP, _ATTEMPT, _OUTCOME = (WORDS.index(w) for w in ("step", "attempt", "outcome"))
+_RUNNING, _DONE, _BLOCKED, _ACTIVE = (WORDS.index(w) for w in ("running", "done", "blocked",
+                                                             "active"))
+_WORDS = (" JOIN rs_words wf ON wf.code = e.from_state"
+          " JOIN rs_words wt ON wt.code = e.to_state")
+"""the words of a history row's states, as ``wf.word`` and ``wt.word``"""
 
 UNLOGGED = "unlogged"
 """The ``rs_meta`` row given a new value by every write that adds or removes outcomes
@@ -210,12 +219,12 @@ class Listing:
                     "SELECT o.job AS a, s.kind AS b, COUNT(*) AS n FROM rs_history e"
                     " JOIN rs_outcomes o ON o.id = e.outcome"
                     " JOIN rs_steps s ON s.step_key = o.key || e.step"
-                    f" WHERE e.kind = 'step' AND e.to_state = 'running'{drill}"
+                    f" WHERE e.kind = {_STEP} AND e.to_state = {_RUNNING}{drill}"
                     " GROUP BY o.job, s.kind"),
                 lookups_found=singles(
                     "SELECT o.job AS a, COUNT(*) AS n FROM rs_history e"
                     " JOIN rs_outcomes o ON o.id = e.outcome"
-                    " WHERE e.kind = 'step' AND e.to_state = 'done' AND e.reason LIKE ?"
+                    f" WHERE e.kind = {_STEP} AND e.to_state = {_DONE} AND e.reason LIKE ?"
                     f"{drill} GROUP BY o.job", ("found by %",)),
                 skips=singles(
                     "SELECT o.job AS a, COUNT(*) AS n FROM rs_steps s"
@@ -226,7 +235,7 @@ class Listing:
                 blocks=singles(
                     "SELECT o.job AS a, COUNT(*) AS n FROM rs_history e"
                     " JOIN rs_outcomes o ON o.id = e.outcome"
-                    f" WHERE e.kind = 'step' AND e.to_state = 'blocked'{drill} GROUP BY o.job"),
+                    f" WHERE e.kind = {_STEP} AND e.to_state = {_BLOCKED}{drill} GROUP BY o.job"),
             )
 
     # --- the history, counted a stretch at a time (metrics.HistoryCounts) -------------
@@ -340,18 +349,18 @@ class Listing:
         with self.backend.transaction(write=False) as tx:
             if attempts:
                 for r in tx.rows(
-                    f"SELECT o.job AS job, {_DRILL} AS drill, e.from_state AS frm,"
-                    " e.to_state AS tos, COUNT(*) AS n FROM rs_history e"
-                    f" JOIN rs_outcomes o ON o.id = e.outcome WHERE {span}"
-                    " AND e.kind = 'attempt' GROUP BY 1, 2, 3, 4", sp):
+                    f"SELECT o.job AS job, {_DRILL} AS drill, wf.word AS frm,"
+                    " wt.word AS tos, COUNT(*) AS n FROM rs_history e"
+                    f" JOIN rs_outcomes o ON o.id = e.outcome{_WORDS} WHERE {span}"
+                    f" AND e.kind = {_ATTEMPT} GROUP BY 1, 2, 3, 4", sp):
                     for state, sign in ((r["frm"], -1), (r["tos"], 1)):
                         if state:
                             k = (r["job"], state, bool(r["drill"]))
                             delta.attempts[k] = delta.attempts.get(k, 0) + sign * int(r["n"])
                 for r in tx.rows(
-                    "SELECT o.job AS job, e.from_state AS frm, e.to_state AS tos, COUNT(*) AS n"
-                    " FROM rs_history e JOIN rs_outcomes o ON o.id = e.outcome"
-                    f" WHERE {span} AND e.kind = 'outcome'{nodrill} GROUP BY 1, 2, 3", sp):
+                    "SELECT o.job AS job, wf.word AS frm, wt.word AS tos, COUNT(*) AS n"
+                    f" FROM rs_history e JOIN rs_outcomes o ON o.id = e.outcome{_WORDS}"
+                    f" WHERE {span} AND e.kind = {_OUTCOME}{nodrill} GROUP BY 1, 2, 3", sp):
                     for state, sign in ((r["frm"], -1), (r["tos"], 1)):
                         if state and state != "planned":
                             moved = (str(r["job"]), str(state))
@@ -360,22 +369,22 @@ class Listing:
                 "SELECT o.job AS job, s.kind AS kind, COUNT(*) AS n FROM rs_history e"
                 " JOIN rs_outcomes o ON o.id = e.outcome"
                 " JOIN rs_steps s ON s.step_key = o.key || e.step"
-                f" WHERE {span} AND e.kind = 'step' AND e.to_state = 'running'{nodrill}"
+                f" WHERE {span} AND e.kind = {_STEP} AND e.to_state = {_RUNNING}{nodrill}"
                 " GROUP BY o.job, s.kind", sp):
                 delta.executions[(r["job"], r["kind"])] = int(r["n"])
-            for into, cond in ((delta.lookups_found, f"e.to_state = 'done' AND e.reason LIKE '{_FOUND}'"),
-                               (delta.blocks, "e.to_state = 'blocked'")):
+            for into, cond in ((delta.lookups_found, f"e.to_state = {_DONE} AND e.reason LIKE '{_FOUND}'"),
+                               (delta.blocks, f"e.to_state = {_BLOCKED}")):
                 for r in tx.rows(
                     "SELECT o.job AS job, COUNT(*) AS n FROM rs_history e"
                     " JOIN rs_outcomes o ON o.id = e.outcome"
-                    f" WHERE {span} AND e.kind = 'step' AND {cond}{nodrill} GROUP BY o.job", sp):
+                    f" WHERE {span} AND e.kind = {_STEP} AND {cond}{nodrill} GROUP BY o.job", sp):
                     into[r["job"]] = int(r["n"])
             for r in tx.rows(
                 "SELECT o.job AS job, COUNT(*) AS n FROM rs_history e"
                 " JOIN rs_outcomes o ON o.id = e.outcome"
                 " JOIN rs_attempts t ON t.outcome_key = o.key AND t.number = e.attempt"
                 " JOIN rs_steps s ON s.outcome_key = o.key"
-                f" WHERE {span} AND e.kind = 'attempt' AND e.to_state = 'active'"
+                f" WHERE {span} AND e.kind = {_ATTEMPT} AND e.to_state = {_ACTIVE}"
                 " AND s.kind = 'effect' AND s.state = 'done' AND t.started_at > s.updated_at"
                 f"{nodrill} GROUP BY o.job", sp):
                 delta.skips[r["job"]] = int(r["n"])

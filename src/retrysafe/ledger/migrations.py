@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .backend import Backend
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "statements"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "WORDS", "statements"]
 
 _V1 = """
 CREATE TABLE rs_outcomes (
@@ -335,6 +335,129 @@ _V11_POSTGRES = [
     _EVENTS_VIEW,
 ]
 
+# (12) History rows store their kind and states as the codes of ``rs_words`` (a word is
+# 4 to 10 bytes, a code 0 or 1), and the reasons an attempt writes in every outcome as
+# NULL: "attempt N started: <holder>" of its start (read back from its row) and "attempt
+# N started it" of each step's first move (moves.STARTED_IT); about 170 bytes per
+# outcome with one effect. ``rs_events`` reads them back as they were. The words are the
+# kinds and states this version writes; any other word an older ledger holds (an
+# import of an edited file), or a writer of a later version writes, gets a code from
+# 1000 on (moves.add_words), so that words added by a later migration can have small
+# codes.
+WORDS = ("", "outcome", "step", "attempt", "approval", "forget", "answer", "planned",
+         "running", "generated", "delivered", "done", "failed", "unknown", "blocked", "settled",
+         "active", "finished", "superseded", "forgotten", "busy")
+"""The words of migration 12, each coded by its place (``''`` is 0)."""
+_WORDS_V12 = """
+CREATE TABLE rs_words (
+    code INTEGER PRIMARY KEY,
+    word TEXT NOT NULL UNIQUE
+);
+INSERT INTO rs_words (code, word) VALUES """ + ", ".join(
+    f"({i}, '{w}')" for i, w in enumerate(WORDS)) + """;
+INSERT INTO rs_words (code, word)
+SELECT 999 + ROW_NUMBER() OVER (ORDER BY w), w FROM (
+    SELECT kind AS w FROM rs_history UNION SELECT from_state FROM rs_history
+    UNION SELECT to_state FROM rs_history) x
+WHERE w NOT IN (SELECT word FROM rs_words);
+DROP VIEW rs_events
+"""
+_HISTORY_V12 = """
+CREATE TABLE rs_history_v12 (
+    id {serial},
+    outcome BIGINT NOT NULL,
+    step TEXT NOT NULL DEFAULT '',
+    at {float} NOT NULL,
+    attempt INTEGER,
+    fence BIGINT NOT NULL DEFAULT 0,
+    actor TEXT NOT NULL DEFAULT '',
+    kind INTEGER NOT NULL{kind},
+    from_state INTEGER NOT NULL DEFAULT 0{from_state},
+    to_state INTEGER NOT NULL{to_state},
+    reason TEXT
+);
+INSERT INTO rs_history_v12 (id, outcome, step, at, attempt, fence, actor, kind, from_state,
+                            to_state, reason)
+SELECT h.id, h.outcome, h.step, h.at, h.attempt, h.fence, h.actor, k.code, f.code, t.code,
+       CASE WHEN h.step = '' AND k.word = 'attempt' AND t.word = 'active' AND f.word = ''
+                 AND h.actor = '' AND h.reason = 'attempt ' || h.attempt || ' started: ' ||
+                     CASE WHEN a.holder_pid IS NULL
+                          THEN 'an agent on ' || a.holder_host || ' (no process)'
+                          ELSE 'pid ' || a.holder_pid || ' on ' || a.holder_host END THEN NULL
+            WHEN h.step <> '' AND k.word = 'step' AND h.actor = ''
+                 AND h.reason = 'attempt ' || h.attempt || ' started it' THEN NULL
+            ELSE h.reason END
+FROM rs_history h JOIN rs_words k ON k.word = h.kind JOIN rs_words f ON f.word = h.from_state
+JOIN rs_words t ON t.word = h.to_state
+LEFT JOIN rs_outcomes o ON o.id = h.outcome
+LEFT JOIN rs_attempts a ON a.outcome_key = o.key AND a.number = h.attempt
+"""
+# the old columns again; a NULL reason is the usual one of the row (see above)
+_EVENTS_VIEW_V12 = """
+CREATE VIEW rs_events AS
+SELECT h.id AS id, o.key AS outcome_key,
+       CASE WHEN h.step = '' THEN '' ELSE o.key || h.step END AS step_key,
+       h.at AS at, a.id AS attempt_id, h.fence AS fence,
+       CASE WHEN h.actor = '' AND h.attempt IS NOT NULL THEN 'attempt-' || h.attempt
+            ELSE h.actor END AS actor,
+       k.word AS kind, f.word AS from_state, t.word AS to_state,
+       COALESCE(h.reason, CASE WHEN h.step <> '' THEN 'attempt ' || h.attempt || ' started it'
+                               WHEN a.holder_pid IS NULL THEN 'attempt ' || h.attempt
+                                    || ' started: an agent on ' || a.holder_host || ' (no process)'
+                               ELSE 'attempt ' || h.attempt || ' started: pid ' || a.holder_pid
+                                    || ' on ' || a.holder_host END, '') AS reason
+FROM rs_history h JOIN rs_outcomes o ON o.id = h.outcome
+JOIN rs_words k ON k.code = h.kind JOIN rs_words f ON f.code = h.from_state
+JOIN rs_words t ON t.code = h.to_state
+LEFT JOIN rs_attempts a ON a.outcome_key = o.key AND a.number = h.attempt
+"""
+# SQLite's step triggers (migrations 3 and 11), writing codes
+_STEP_HISTORY_V12 = """
+INSERT INTO rs_history (outcome, step, at, attempt, fence, actor, kind, from_state, to_state,
+                        reason)
+SELECT (SELECT id FROM rs_outcomes WHERE key = NEW.outcome_key),
+       substr(NEW.step_key, length(NEW.outcome_key) + 1), NEW.updated_at, a.number, NEW.fence,
+       CASE WHEN a.number IS NULL THEN 'retrysafe' ELSE '' END,
+       (SELECT code FROM rs_words WHERE word = 'step'),
+       (SELECT code FROM rs_words WHERE word = {frm}),
+       (SELECT code FROM rs_words WHERE word = NEW.state),
+       CASE WHEN a.number IS NOT NULL AND NEW.reason = 'attempt ' || a.number || ' started it'
+            THEN NULL ELSE NEW.reason END
+FROM (SELECT (SELECT number FROM rs_attempts WHERE id = NEW.attempt_id) AS number) a;
+"""
+_V12_SQLITE = [
+    *_statements(_WORDS_V12),
+    "DROP TRIGGER rs_steps_created",
+    "DROP TRIGGER rs_steps_moved",
+    # SQLite would keep a word written by an older process still running as text, which
+    # the view would not find: refused, as PostgreSQL refuses it
+    *_statements(_HISTORY_V12.format(serial="INTEGER PRIMARY KEY AUTOINCREMENT", float="REAL",
+                                     **{c: f" CHECK (typeof({c}) = 'integer')"
+                                        for c in ("kind", "from_state", "to_state")})),
+    "DELETE FROM sqlite_sequence WHERE name = 'rs_history_v12'",
+    "INSERT INTO sqlite_sequence (name, seq) SELECT 'rs_history_v12', seq FROM sqlite_sequence"
+    " WHERE name = 'rs_history'",
+    "DROP TABLE rs_history",
+    "ALTER TABLE rs_history_v12 RENAME TO rs_history",
+    "CREATE INDEX rs_history_outcome ON rs_history (outcome, id)",
+    _EVENTS_VIEW_V12,
+    "CREATE TRIGGER rs_steps_created AFTER INSERT ON rs_steps"
+    " WHEN NEW.attempt_id IS NOT NULL BEGIN" + _STEP_HISTORY_V12.format(frm="''") + "END",
+    "CREATE TRIGGER rs_steps_moved AFTER UPDATE OF previous_state ON rs_steps BEGIN"
+    + _STEP_HISTORY_V12.format(frm="NEW.previous_state") + "END",
+]
+_V12_POSTGRES = [
+    *_statements(_WORDS_V12),
+    *_statements(_HISTORY_V12.format(serial="BIGSERIAL PRIMARY KEY", float="DOUBLE PRECISION",
+                                     kind="", from_state="", to_state="")),
+    "SELECT setval(pg_get_serial_sequence('rs_history_v12', 'id'),"
+    " (SELECT last_value FROM rs_history_id_seq), (SELECT is_called FROM rs_history_id_seq))",
+    "DROP TABLE rs_history",
+    "ALTER TABLE rs_history_v12 RENAME TO rs_history",
+    "CREATE INDEX rs_history_outcome ON rs_history (outcome, id)",
+    _EVENTS_VIEW_V12,
+]
+
 Script = str | dict[str, list[str]]
 """A migration: one script for every backend (statements split on ``;``), or
 each backend's own statements, by backend name (a backend not named has none)."""
@@ -352,6 +475,8 @@ MIGRATIONS: list[tuple[int, str, Script]] = [
     (10, "an index of the drill trials, to count outcomes without them", _V10),
     (11, "a compact history: outcomes by id, attempts by number", {"sqlite": _V11_SQLITE,
                                                                    "postgresql": _V11_POSTGRES}),
+    (12, "history kinds and states as codes, the usual reasons as NULL",
+     {"sqlite": _V12_SQLITE, "postgresql": _V12_POSTGRES}),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

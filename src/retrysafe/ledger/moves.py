@@ -29,9 +29,14 @@ why (a stale fence, or a step in another state) and raises.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 
-__all__ = ["HISTORY_COLUMNS", "OUTCOME_ID", "progress", "single_statement", "step_insert",
-           "step_suffix", "step_update"]
+from .backend import Tx
+from .migrations import WORDS
+
+__all__ = ["HISTORY_COLUMNS", "HISTORY_VALUES", "KNOWN_WORDS", "OUTCOME_ID", "STARTED_IT",
+           "add_words", "progress",
+           "single_statement", "step_insert", "step_suffix", "step_update", "word"]
 
 HISTORY_COLUMNS = ("outcome, step, at, attempt, fence, actor, kind, from_state, to_state,"
                    " reason")
@@ -40,6 +45,44 @@ the step by what its key adds to the outcome's (:func:`step_suffix`), the attemp
 its number, and the actor empty when it is that attempt."""
 OUTCOME_ID = "(SELECT id FROM rs_outcomes WHERE key = ?)"
 """The id of the outcome with the key given, as a history row's value."""
+
+
+def word(expr: str = "?") -> str:
+    """The code ``rs_words`` gives the word ``expr`` (SQL: a parameter, a column, a
+    literal): how a history row stores its kind and states (migration 12)."""
+    return f"(SELECT code FROM rs_words WHERE word = {expr})"
+
+
+HISTORY_VALUES = f"({OUTCOME_ID}, ?, ?, ?, ?, ?, {word()}, {word()}, {word()}, ?)"
+"""One history row's values for :data:`HISTORY_COLUMNS`, the outcome by its key and the
+kind and states as words; a reason of ``NULL`` is the row's usual one (see
+:data:`STARTED_IT`)."""
+KNOWN_WORDS = frozenset(WORDS)
+"""The words every ledger of schema 12 or later has a code for."""
+
+
+def add_words(tx: Tx, words: Iterable[str]) -> None:
+    """Give each of ``words`` that ``rs_words`` lacks a code of its own, from 1000 on:
+    a kind or state :data:`KNOWN_WORDS` does not hold (an older export, an edit)."""
+    new = sorted(set(words) - KNOWN_WORDS)
+    if not new:
+        return
+    known = {str(r["word"]) for r in tx.rows(
+        f"SELECT word FROM rs_words WHERE word IN ({', '.join('?' * len(new))})", tuple(new))}
+    row = tx.one("SELECT MAX(code) AS top FROM rs_words")
+    code = max(999, int(row["top"]) if row and row["top"] is not None else 0)
+    for w in new:
+        if w not in known:
+            code += 1
+            tx.run("INSERT INTO rs_words (code, word) VALUES (?, ?)", (code, w))
+
+
+_OUTCOME, _STEP = word("'outcome'"), word("'step'")
+_PREVIOUS = word("COALESCE(w.previous_state, '')")
+STARTED_IT = "'attempt ' || {} || ' started it'"
+"""The reason of a step's first move by an attempt, as SQL of the attempt's number: a
+history row with that reason stores ``NULL`` instead, which ``rs_events`` reads back as
+this text (migration 12)."""
 #: true while the attempt (the last three parameters: key, fence, attempt id) holds
 #: the outcome's current fencing token
 _FENCED = ("EXISTS (SELECT 1 FROM rs_outcomes WHERE key = ? AND fence = ?"
@@ -93,8 +136,9 @@ def progress(sources: int) -> tuple[str, str]:
     sources; of the second: new state, time, key, sources.
     """
     marks = ", ".join("?" * sources)
-    return (f"INSERT INTO rs_history ({HISTORY_COLUMNS}) SELECT id, '', ?, ?, ?, ?, 'outcome',"
-            f" state, ?, '' FROM rs_outcomes WHERE key = ? AND state IN ({marks})",
+    return (f"INSERT INTO rs_history ({HISTORY_COLUMNS}) SELECT id, '', ?, ?, ?, ?,"
+            f" {_OUTCOME}, {word('rs_outcomes.state')}, {word()}, ''"
+            f" FROM rs_outcomes WHERE key = ? AND state IN ({marks})",
             "UPDATE rs_outcomes SET state = ?, reason = '', updated_at = ?"
             f" WHERE key = ? AND state IN ({marks})")
 
@@ -113,7 +157,7 @@ def single_statement(
     Parameters, in order: outcome key, fence, attempt id (the fence check);
     the inserted columns' values (when ``insert``); the updated columns'
     values, the step key and the ``sources`` states (when ``update``); the
-    history row's attempt number and actor; and, when ``progress_sources``,
+    history row's attempt number, actor and the attempt number again; and, when ``progress_sources``,
     the outcome's new state, the states it may move from, then the attempt
     number, the actor and the new state again for the outcome's history row.
     The result is one row (the state the step moved from, ``NULL`` when it
@@ -136,8 +180,10 @@ def single_statement(
         written.append("SELECT * FROM u")
     parts.append(f"w AS ({' UNION ALL '.join(written)})")
     parts.append(f"e AS (INSERT INTO rs_history ({HISTORY_COLUMNS}) SELECT f.id,"
-                 f" substr(w.step_key, length(w.outcome_key) + 1), {now}, ?, w.fence, ?, 'step',"
-                 " COALESCE(w.previous_state, ''), w.state, w.reason FROM w, f RETURNING id)")
+                 f" substr(w.step_key, length(w.outcome_key) + 1), {now}, ?, w.fence, ?,"
+                 f" {_STEP}, {_PREVIOUS},"
+                 f" {word('w.state')}, NULLIF(w.reason, {STARTED_IT.format('CAST(? AS TEXT)')})"
+                 " FROM w, f RETURNING id)")
     if progress_sources:
         # progress marks only move forward (running -> generated -> delivered)
         parts.append(f"o AS (UPDATE rs_outcomes SET state = ?, reason = '', updated_at = {now}"
@@ -147,5 +193,6 @@ def single_statement(
         # reading e, the outcome's row is written after the step's (and takes the next
         # id), as on SQLite: the order of a statement's writes is otherwise the server's
         parts.append(f"oe AS (INSERT INTO rs_history ({HISTORY_COLUMNS}) SELECT f.id, '',"
-                     f" {now}, ?, w.fence, ?, 'outcome', o.old, ?, '' FROM o, w, f, e)")
+                     f" {now}, ?, w.fence, ?, {_OUTCOME}, {word('o.old')}, {word()}, ''"
+                 " FROM o, w, f, e)")
     return "WITH " + ",\n".join(parts) + "\nSELECT previous_state FROM w"

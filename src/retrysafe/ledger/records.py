@@ -31,7 +31,10 @@ class Holder(NamedTuple):
     started: str | None = None
 
     def shown(self) -> str:
-        """``pid N on HOST``, or for an agent's lease ``an agent on HOST (no process)``."""
+        """``pid N on HOST``, or for an agent's lease ``an agent on HOST (no process)``.
+
+        The history's view (``rs_events``, migration 12) builds the same text for an
+        attempt's start row: change both or neither."""
         if self.pid is None:
             return f"an agent on {self.host} (no process)"
         return f"pid {self.pid} on {self.host}"

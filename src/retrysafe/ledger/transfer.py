@@ -63,8 +63,9 @@ TABLES: dict[str, tuple[tuple[str, ...], str, str]] = {
         "id", "id"),
 }
 SAME_ROWS_SINCE = 10
-"""Exports of ledgers of this schema version and later have the same rows (migration
-11 changed how the history is stored, not the rows it exports): one imports into another."""
+"""Exports of ledgers of this schema version and later have the same rows (migrations
+11 and 12 changed how the history is stored, not the rows it exports): one imports into
+another."""
 _INTEGER = frozenset({"fence", "attempts", "budget_base", "number", "holder_pid", "runner_pid",
                       "tries", "event_id"})
 _REAL = frozenset({"created_at", "updated_at", "lease_expires", "started_at", "ended_at", "at",
@@ -312,8 +313,12 @@ def load(ledger: LedgerCore, records: Iterable[Mapping[str, Any]], *, merge: boo
         numbers = {(a["outcome_key"], a["id"]): a["number"] for a in rows["rs_attempts"]}
         outcomes = {o["key"] for o in rows["rs_outcomes"]}
         cols = ("id, " if keep_ids else "") + moves.HISTORY_COLUMNS
-        marks = ("?, " if keep_ids else "") + moves.OUTCOME_ID + ", ?" * 9
-        sql = f"INSERT INTO rs_history ({cols}) VALUES ({marks})"
+        marks = "(?, " + moves.HISTORY_VALUES[1:] if keep_ids else moves.HISTORY_VALUES
+        sql = f"INSERT INTO rs_history ({cols}) VALUES {marks}"
+        # a kind or state this version does not write (an older file, an edit) gets a code
+        # of its own (migration 12)
+        moves.add_words(tx, (str(r[c]) for r in rows["rs_events"]
+                                           for c in ("kind", "from_state", "to_state")))
         # merging: (batch, the file's history id) -> the ledger's; ids repeat across the
         # batches of a prune --export file appended to from more than one ledger
         renumbered: dict[tuple[int, int], int] = {}
