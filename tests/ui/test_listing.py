@@ -42,7 +42,8 @@ def test_pages_cover_every_outcome_once_newest_first_with_filters(ledger_url: st
 
 def test_migration_6_indexes_serve_the_listing_orders(ledger_url: str) -> None:
     """The listing indexes exist on both backends; SQLite's planner reads a page of the
-    state, job and unfiltered listings from them instead of sorting the table."""
+    state, job and unfiltered listings from them instead of sorting the table, newest
+    first and oldest first (schema 12: the outcome's id breaks ties)."""
     with open_ledger(ledger_url) as ledger, ledger.backend.transaction(write=False) as tx:
         if ledger.backend.name == "sqlite":
             names = {r["name"] for r in tx.rows("SELECT name FROM sqlite_master WHERE type = 'index'")}
@@ -53,24 +54,26 @@ def test_migration_6_indexes_serve_the_listing_orders(ledger_url: str) -> None:
             for where, index in (("state = 'blocked'", "rs_outcomes_state_updated"),
                                  ("job = 'a'", "rs_outcomes_job_updated"),
                                  ("1 = 1", "rs_outcomes_updated")):
-                plan = " ".join(str(r["detail"]) for r in tx.rows(
-                    f"EXPLAIN QUERY PLAN SELECT * FROM rs_outcomes WHERE {where}"
-                    " ORDER BY updated_at DESC, key DESC LIMIT 51"))
-                assert index in plan and "TEMP B-TREE" not in plan, plan
+                for order in ("updated_at DESC, id DESC", "updated_at, id"):
+                    plan = " ".join(str(r["detail"]) for r in tx.rows(
+                        f"EXPLAIN QUERY PLAN SELECT * FROM rs_outcomes WHERE {where}"
+                        f" ORDER BY {order} LIMIT 51"))
+                    assert index in plan and "TEMP B-TREE" not in plan, plan
 
 
 def test_needs_attention_pages_walk_what_waits_once_oldest_first(ledger_url: str) -> None:
     """Pages of what waits for a human (blocked, and unknown with no live attempt) walk
-    it exactly once, oldest first, ties broken by key, across both states; an unknown
+    it exactly once, oldest first, ties broken by the outcome's id, across both states; an unknown
     outcome whose attempt is live, a done one and a drill trial are left out; the
     counts agree with the pages; the landing page's cursor is a keyset one."""
     fill(ledger_url, 20)
     with open_ledger(ledger_url) as ledger:
         with ledger.backend.transaction() as tx:
-            keys = [r["key"] for r in tx.rows("SELECT key FROM rs_outcomes ORDER BY key")]
+            ids = {r["key"]: int(r["id"]) for r in tx.rows("SELECT key, id FROM rs_outcomes")}
+            keys = sorted(ids)
             for i, key in enumerate(keys):
                 state = ("blocked", "unknown", "done")[i % 3]
-                # pairs share a time: the key decides their order
+                # pairs share a time: the id decides their order
                 tx.run("UPDATE rs_outcomes SET state = ?, updated_at = ? WHERE key = ?",
                        (state, 1000.0 + i // 2, key))
             tx.run("UPDATE rs_attempts SET lease_expires = 0")
@@ -90,8 +93,8 @@ def test_needs_attention_pages_walk_what_waits_once_oldest_first(ledger_url: str
             if page.next is None:
                 break
             after = page.next
-        expect = sorted(((1000.0 + i // 2, k) for i, k in enumerate(keys)
-                         if i % 3 in (0, 1) and k != live))
+        expect = [(at, k) for at, _, k in sorted(
+            (1000.0 + i // 2, ids[k], k) for i, k in enumerate(keys) if i % 3 in (0, 1) and k != live)]
         assert [(o.updated_at, o.key) for o in seen] == expect
         assert pages == -(-len(expect) // 3)
         assert [w.outcome.key for w in retention.needs_attention()] == [k for _, k in expect]

@@ -765,7 +765,7 @@ class LedgerCore:
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         with self.backend.transaction(write=False) as tx:
             rows = tx.rows(
-                f"SELECT * FROM rs_outcomes{clause} ORDER BY updated_at DESC, key LIMIT ?",
+                f"SELECT * FROM rs_outcomes{clause} ORDER BY updated_at DESC, id DESC LIMIT ?",
                 (*params, limit),
             )
             return [outcome_from_row(r) for r in rows]

@@ -2,7 +2,7 @@
 
 :class:`Listing` is reached as ``Listing(ledger.backend)``; it only reads.
 Pages are keyset pages (newest first, the cursor is the last row's
-``(updated_at, key)``), served by the indexes of schema migration 6, so the
+``(updated_at, id)``), served by the indexes of schema migrations 6 and 12, so the
 thousandth page of a ledger with a million outcomes costs what the first does.
 """
 
@@ -21,10 +21,16 @@ __all__ = ["ROW_MARK", "UNLOGGED", "WHOLE_MARK", "Cursor", "Gauges", "HistoryDel
 
 
 class Cursor(NamedTuple):
-    """Where a page ends: the last row's ``updated_at`` and ``key``."""
+    """Where a page ends: the last row's ``updated_at`` and its outcome's ``id`` (the
+    tie-break of the order, which the listing indexes end in: schema 12)."""
 
     updated_at: float
-    key: str
+    id: int
+
+
+def _cursor(row: dict[str, Any]) -> Cursor:
+    """The cursor after ``row``, an outcome row."""
+    return Cursor(float(row["updated_at"]), int(row["id"]))
 
 
 class OutcomePage(NamedTuple):
@@ -155,18 +161,18 @@ class Listing:
             where.append("updated_at < ?")
             params.append(until)
         if after is not None:
-            where.append("(updated_at < ? OR (updated_at = ? AND key < ?))")
-            params += [after.updated_at, after.updated_at, after.key]
+            where.append("(updated_at < ? OR (updated_at = ? AND id < ?))")
+            params += [after.updated_at, after.updated_at, after.id]
         if not drills:
             where.append("key NOT LIKE ?")
             params.append(f"%{DRILL_MARK}%")
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         with self.backend.transaction(write=False) as tx:
-            rows = tx.rows(f"SELECT * FROM rs_outcomes{clause} ORDER BY updated_at DESC, key DESC"
+            rows = tx.rows(f"SELECT * FROM rs_outcomes{clause} ORDER BY updated_at DESC, id DESC"
                            " LIMIT ?", (*params, limit + 1))
         found = [outcome_from_row(r) for r in rows[:limit]]
         more = len(rows) > limit and found
-        return OutcomePage(found, Cursor(found[-1].updated_at, found[-1].key) if more else None)
+        return OutcomePage(found, _cursor(rows[limit - 1]) if more else None)
 
     def jobs(self) -> list[str]:
         """Every job with outcomes in the ledger (served by the job index)."""

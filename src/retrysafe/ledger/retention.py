@@ -128,19 +128,18 @@ class Retention:
     def attention_page(self, *, after: Cursor | None = None, limit: int = 50,
                        drills: bool = False) -> AttentionPage:
         """A page of :meth:`needs_attention`, oldest first, starting after ``after``
-        (a keyset page: the ``(state, updated_at, key)`` index serves each state's
+        (a keyset page: the ``(state, updated_at, id)`` index serves each state's
         part, so every page costs what the first does), with the steps that wait."""
         if limit < 1:
             raise InvalidInput("the page size must be at least 1")
         with self.backend.transaction(write=False) as tx:
-            # each state's first page from the index, merged by the database (its order
-            # of keys is the one the cursor compares with)
+            # each state's first page from the index, merged by the database
             parts = [self._waiting_part(tx, state, after, limit + 1, drills)
                      for state in (OutcomeState.BLOCKED.value, OutcomeState.UNKNOWN.value)]
             merged = tx.rows(
                 " UNION ALL ".join(f"SELECT * FROM ({sql}) {alias}"
                                    for (sql, _), alias in zip(parts, ("b", "u"), strict=True))
-                + f" ORDER BY updated_at, key LIMIT {int(limit) + 1}",
+                + f" ORDER BY updated_at, id LIMIT {int(limit) + 1}",
                 tuple(p for _, params in parts for p in params))
             found = [outcome_from_row(r) for r in merged[:limit]]
             steps: dict[str, list[StepRecord]] = {o.key: [] for o in found}
@@ -154,7 +153,8 @@ class Retention:
                     steps[s["outcome_key"]].append(step_from_row(s))
         more = len(merged) > limit and found
         return AttentionPage([Waiting(o, steps[o.key]) for o in found],
-                             Cursor(found[-1].updated_at, found[-1].key) if more else None)
+                             Cursor(float(merged[limit - 1]["updated_at"]),
+                                    int(merged[limit - 1]["id"])) if more else None)
 
     def attention_counts(self, *, drills: bool = False) -> dict[str, int]:
         """How many outcomes wait for a human, by state (``blocked``, ``unknown``):
@@ -183,13 +183,13 @@ class Retention:
             where.append(_NO_LIVE_ATTEMPT)
             params += [AttemptState.ACTIVE.value, tx.now]
         if after is not None:
-            where.append("(o.updated_at, o.key) > (?, ?)")
-            params += [after.updated_at, after.key]
+            where.append("(o.updated_at, o.id) > (?, ?)")
+            params += [after.updated_at, after.id]
         if not drills:
             where.append("o.key NOT LIKE ?")
             params.append(f"%{DRILL_MARK}%")
         return (f"SELECT o.* FROM rs_outcomes o{join} WHERE {' AND '.join(where)}"
-                f" ORDER BY o.updated_at, o.key LIMIT {int(limit)}", params)
+                f" ORDER BY o.updated_at, o.id LIMIT {int(limit)}", params)
 
     # --- pruning -----------------------------------------------------------------------
 

@@ -89,10 +89,10 @@ def _day(text: str | None, what: str) -> float | None:
 def _cursor(text: str | None) -> Cursor | None:
     if not text:
         return None
-    at, sep, key = text.partition(":")
+    at, sep, oid = text.partition(":")
     try:
-        return Cursor(float(at), key) if sep else None
-    except ValueError:
+        return Cursor(float(at), int(oid)) if sep else None
+    except ValueError:  # (a link of an older version, which named a key: the first page)
         return None
 
 
@@ -177,7 +177,7 @@ class _Dashboard:
             missed = recent_missing(self.engine)
         return self.page("attention.html", items=items, total=total + len(missed),
                          missed=missed, first=after is None,
-                         next_query=urlencode({"after": f"{nxt.updated_at!r}:{nxt.key}"})
+                         next_query=urlencode({"after": f"{nxt.updated_at!r}:{nxt.id}"})
                          if nxt is not None else None, nav="attention")
 
     def outcomes(self, request: Request) -> Response:
@@ -200,7 +200,7 @@ class _Dashboard:
         nxt = None
         if page is not None and page.next is not None:
             nxt = urlencode({**{k: v for k, v in filters.items() if v},
-                             "after": f"{page.next.updated_at!r}:{page.next.key}"})
+                             "after": f"{page.next.updated_at!r}:{page.next.id}"})
         return self.page("outcomes.html", 400 if error else 200, page=page, error=error,
                          filters=filters, next_query=nxt, first=not q.get("after"),
                          first_query=urlencode({k: v for k, v in filters.items() if v}),
