@@ -113,7 +113,8 @@ def test_run_refuses_an_occurrence_not_due_yet(made: Home, tmp_path: Path) -> No
     dry run says the same; the latest due one still runs."""
     made.config(_job(f'tz = "{WARSAW}"', "0 7 * * *"))
     now = datetime.now(UTC)
-    upcoming = format_occurrence("0 7 * * *", WARSAW, next_occurrence("0 7 * * *", WARSAW, now))
+    upcoming = format_occurrence("0 7 * * *", WARSAW, next_occurrence("0 7 * * *", WARSAW,
+                                                                  now + timedelta(minutes=2)))
     ran = tmp_path / "ran"
     assert made.run("run", "j", "--", "true").returncode == 0  # the ledger exists
     before = made.snapshot()

@@ -249,6 +249,10 @@ class Engine:
         if known is not None and known.state == OutcomeState.DONE and known.job == spec.name:
             return Start(ClaimStatus.DONE, key, known, None, Claim(ClaimStatus.DONE, known),
                          steps=tuple(steps))
+        if spec.schedule:  # an occurrence named ahead of its time is refused (missed.py)
+            from .missed import check_given_due
+
+            check_given_due(spec, params, canonical, now)
         # (the outcome's folder as outcome_dir() names it, joined as a string: every new
         # outcome pays for this look, which is one failed stat when there is no folder)
         # Only for a SQLite ledger, the home's own file, which an older copy or a deleted

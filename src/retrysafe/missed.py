@@ -13,19 +13,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
 
 from .errors import ConfigError, InvalidParameter
 
 if TYPE_CHECKING:
+    from .config import Job
     from .engine import Engine
     from .schedule import Schedule
 
-__all__ = ["GRACE", "MissedSlot", "Occurrence", "check_due", "missed_occurrences",
-           "occurrence_param", "recent_missing"]
+__all__ = ["EARLY", "GRACE", "MissedSlot", "Occurrence", "check_due", "check_given_due",
+           "missed_occurrences", "occurrence_param", "recent_missing"]
 
 #: how long after its time an occurrence that never ran is only ``due``, not missed: a
 #: scheduler fires a little late, and its run may be starting
 GRACE = timedelta(minutes=15)
+
+EARLY = timedelta(seconds=60)
+"""How long before its time an occurrence named for a run is already due: a scheduler
+whose clock is a little ahead of this host's fires it a few seconds early, and that run
+must not be refused. One further ahead is not due yet (:func:`check_due`)."""
 
 
 @dataclass(frozen=True)
@@ -62,14 +69,42 @@ def check_due(job_name: str, schedule: Schedule, occurrence: str,
     """Refuse (:class:`InvalidParameter`, exit 2) to run ``occurrence`` (canonical text)
     before its time: an occurrence not due yet is never missed (``missed --until`` in the
     future looks until now), nor run ahead of the schedule, where the scheduler's own run
-    of it would then find it done. One due at this very minute may run."""
+    of it would then find it done. One due at this very minute may run, and so may one
+    due within :data:`EARLY` (a scheduler's clock a little ahead of ours)."""
     now = now or datetime.now(UTC)
     when = schedule.parse_value(occurrence)
-    if when.astimezone(UTC) > now:
+    if when.astimezone(UTC) > now + EARLY:
         latest = schedule.format(schedule.latest_at_or_before(now))
         raise InvalidParameter(
             f"occurrence {occurrence} ({schedule.zone.key}) of job {job_name!r} is not due yet: "
             f"an occurrence runs at or after its time (the latest due one is {latest})")
+
+
+def check_given_due(job: Job, given: Mapping[str, str], canonical: Mapping[str, str],
+                    now: datetime | None = None) -> None:
+    """:func:`check_due` for each occurrence parameter of ``job`` named in ``given`` (one
+    left out is the latest due one, so always due), ``canonical`` being the values the key
+    was rendered from. A due one costs no schedule parsing: its canonical text is read in
+    the job's zone (as :meth:`~retrysafe.schedule.Schedule.parse_value` reads it); only
+    one that is not due is checked, and refused, by :func:`check_due`."""
+    if not job.schedule:
+        return
+    from .keys import SCHEDULE_TYPES
+    from .schedule import DEFAULT_TZ, Schedule
+
+    for name, kind in job.params.items():
+        if kind not in SCHEDULE_TYPES or given.get(name) is None:
+            continue
+        now = now or datetime.now(UTC)
+        text = canonical[name]
+        try:
+            local = datetime.fromisoformat(text).replace(
+                tzinfo=ZoneInfo(job.tz or DEFAULT_TZ), fold=0)
+            due = local.astimezone(UTC) <= now + EARLY
+        except (ValueError, OverflowError):  # (a form only the schedule reads: it decides)
+            due = False
+        if not due:
+            check_due(job.name, Schedule.parse(job.schedule, job.tz), text, now)
 
 
 def missed_occurrences(engine: Engine, job_name: str, start: datetime, end: datetime,

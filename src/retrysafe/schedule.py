@@ -96,6 +96,12 @@ _MAX_EXPRESSION = 1000
 """Longest schedule text read (a list of every minute is about 170 characters)."""
 _MACHINE_ZONE = "localtime"
 """The machine's own zone under an IANA-looking name: refused, never read."""
+_LEAP_SECOND_ZONES = "right/"
+"""The prefix of the zones that count leap seconds (``right/UTC``): refused, their clock is
+about 27 seconds off UTC's, which schedulers and every other host read."""
+_RULES_FILE = "posixrules"
+"""A file of the time zone database that zoneinfo reads as a zone (the default rules for
+POSIX ``TZ`` strings, often New York's): refused, it is not a zone."""
 CYCLE_DAYS = 146_097
 """Days in 400 Gregorian years, after which dates and weekdays repeat exactly."""
 _DAY = 86_400
@@ -111,8 +117,9 @@ def _show(text: str) -> str:
 
 
 def _zone(tz: str | None) -> ZoneInfo:
-    """The zone named ``tz`` (None: UTC). An empty name, and ``localtime`` (the machine's
-    own zone, different on each host), are refused as unknown names are."""
+    """The zone named ``tz`` (None: UTC). An empty name, ``localtime`` (the machine's own
+    zone, different on each host), a ``right/`` zone (it counts leap seconds) and
+    ``posixrules`` (a file of the database, not a zone) are refused as unknown names are."""
     name = DEFAULT_TZ if tz is None else tz
     if not name.strip():
         raise ConfigError(f"time zone {name!r} is empty (use an IANA name such as "
@@ -120,12 +127,31 @@ def _zone(tz: str | None) -> ZoneInfo:
     if name == _MACHINE_ZONE:
         raise ConfigError(f"time zone {name!r} is this machine's own zone, which another host "
                           "reads differently (use an IANA name such as 'Europe/Warsaw' or 'UTC')")
+    folded = name.lower()
+    if folded.startswith(_LEAP_SECOND_ZONES):
+        plain = name[len(_LEAP_SECOND_ZONES):]
+        use = f" {plain!r}" if _usable(plain) else ", such as 'Europe/Warsaw' or 'UTC'"
+        raise ConfigError(f"time zone {_show(name)} counts leap seconds, so its clock is about "
+                          f"27 seconds off the one schedulers read (use the plain zone "
+                          f"name{use})")
+    if folded == _RULES_FILE:
+        raise ConfigError(f"time zone {name!r} is a file of the time zone database, not a zone "
+                          "(use the plain zone name, such as 'Europe/Warsaw' or 'UTC')")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
         raise ConfigError(
             f"unknown time zone {_show(name)} (use an IANA name such as 'Europe/Warsaw' or 'UTC')"
         ) from None
+
+
+def _usable(name: str) -> bool:
+    """Whether ``name`` is a zone :func:`_zone` takes."""
+    try:
+        _zone(name)
+    except ConfigError:
+        return False
+    return True
 
 
 def _expression(schedule: str) -> str:

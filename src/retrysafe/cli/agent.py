@@ -179,6 +179,7 @@ def begin(job_name: str, params: tuple[str, ...], lease: int | None, contexts: t
     Prints the outcome key, the attempt id to pass as --attempt, and the
     attempt folder to work in. Already done: exit 0, nothing to do.
     Busy: exit 75. Blocked: exit 3 with the command that unblocks it.
+    An occurrence named with -p that is not due yet: exit 2, nothing recorded.
     A done or busy answer given to a run that names itself (--context
     runner=... or openclaw_run_id=...) is put in the outcome's history.
 
