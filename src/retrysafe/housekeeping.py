@@ -15,7 +15,12 @@ know, and stop that run); killed before it, the outcomes stay in the ledger.
 Either way the next prune finishes first: with the outcomes' rows locked, it puts
 back the folders of those the ledger still holds (the same outcomes: made at the
 same time), removes the rest, and then the job's old journals, as the killed
-prune would have.
+prune would have. A dry run says which it would put back and which remove.
+
+The marker is written before the commit and says nothing of it: only the ledger
+tells the two cases apart. Without it (``retrysafe recover`` of a lost ledger) a
+set-aside folder may be an outcome pruned on purpose, so it is reported
+(:func:`set_aside`), never read as an outcome.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,7 +44,8 @@ if TYPE_CHECKING:
     from .ledger.listing import Cursor
     from .ledger.retention import OnBatch, Pruning, Waiting
 
-__all__ = ["Attention", "Pruned", "attention_page", "iso", "needs_attention", "prune"]
+__all__ = ["Attention", "Pruned", "SetAside", "attention_page", "iso", "needs_attention",
+           "prune", "set_aside"]
 
 
 def iso(ts: float | None) -> str | None:
@@ -119,11 +125,19 @@ class Pruned:
     kept_folders: list[str] = field(default_factory=list)
     """folders that could not be removed (a link, a permission): named, left alone"""
     keys: list[str] = field(default_factory=list)
+    set_aside_removed: list[str] = field(default_factory=list)
+    """folders a killed prune set aside whose outcomes the ledger no longer holds: removed
+    (a dry run: would be), and counted in ``folders``"""
+    set_aside_put_back: list[str] = field(default_factory=list)
+    """folders a prune killed before its commit set aside, whose outcomes the ledger still
+    holds: put back (a dry run: would be) as those outcomes' folders"""
 
     def to_json(self) -> dict[str, Any]:
         return {"outcomes": self.outcomes, "attempts": self.attempts, "steps": self.steps,
                 "history": self.events, "folders": self.folders, "journals": self.journals,
-                "kept_folders": self.kept_folders, "keys": self.keys}
+                "kept_folders": self.kept_folders, "keys": self.keys,
+                "set_aside": {"removed": self.set_aside_removed,
+                              "put_back": self.set_aside_put_back}}
 
 
 def prune(engine: Engine, *, older_than: str | None, states: Sequence[str] = (),
@@ -141,6 +155,11 @@ def prune(engine: Engine, *, older_than: str | None, states: Sequence[str] = (),
     from .ledger.transfer import TABLES, header, open_private, write_lines
 
     age = parse_age(older_than, "--older-than") if older_than is not None else None
+    if age is not None and age <= 0:
+        # everything would be old: an outcome done a moment ago would be forgotten, and
+        # a retry of it would do its work again
+        raise InvalidInput(f"--older-than {older_than!r} must be longer than zero (it would "
+                           "prune outcomes finished a moment ago)")
     keep = {name: j.keep for name, j in engine.config.jobs.items() if j.keep is not None}
     if job is not None:
         engine.config.job(job)  # an unknown job is refused, not silently matched by nothing
@@ -170,6 +189,7 @@ def prune(engine: Engine, *, older_than: str | None, states: Sequence[str] = (),
 
     pruned = Pruned()
     aside = None if dry_run else _SetAside(engine, pruned)
+    put_back = _plan_earlier(engine, pruned) if dry_run else set()
     try:
         if aside is not None:
             aside.finish_earlier()  # what a prune killed part-way left
@@ -184,7 +204,10 @@ def prune(engine: Engine, *, older_than: str | None, states: Sequence[str] = (),
     pruned.keys = [k for _, k in result.outcomes]
     if aside is None:
         for job_name, key in result.outcomes:
+            counted = pruned.folders
             _remove_folder(engine.home, job_name, key, pruned, dry_run)
+            if pruned.folders == counted and (job_name, key) in put_back:
+                pruned.folders += 1  # set aside now: put back first, then pruned with it
     else:
         for job_name in sorted(aside.jobs | {j for j, _ in result.outcomes}):
             pruned.journals += _remove_journals(engine, job_name)
@@ -244,6 +267,108 @@ class _Marker:
         except InvalidInput:
             return None
         return cls(job, file.parent, token, made, outcomes)
+
+    def children(self) -> list[Path] | None:
+        """What is set aside in it now (``None``: its folder cannot be read)."""
+        if self.aside.is_symlink() or not self.aside.is_dir():
+            return []
+        try:
+            return sorted(self.aside.iterdir())
+        except OSError:
+            return None
+
+    def named(self, child: Path) -> tuple[str, float] | None:
+        """The outcome (key, created_at) whose folder ``child`` is, if the marker names it
+        (one another prune took to remove, ``NAME.removing-…``, included)."""
+        name = child.name.split(".removing-")[0]
+        return next(((k, c) for k, c, f in self.outcomes if f == name), None)
+
+
+def _markers(base: Path) -> Iterator[_Marker]:
+    """The markers prunes left in ``base/runs/*/.journal/pruning/``, oldest name first;
+    one behind a link, or not one a prune wrote, is passed over (never followed)."""
+    from .folders import JOURNAL
+    from .fsio import private_dirs
+
+    runs = base / "runs"
+    if runs.is_symlink() or not runs.is_dir():
+        return
+    for file in sorted(runs.glob(f"*/{JOURNAL}/{_AREA}/*.json")):
+        job = file.parent.parent.parent.name
+        try:
+            private_dirs(base, ("runs", job, JOURNAL, _AREA), create=False)
+        except (OSError, InvalidInput):
+            continue  # a link on the way: never followed
+        marker = None if file.is_symlink() else _Marker.read(file)
+        if marker is not None:
+            yield marker
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """A folder a prune set aside and did not finish with (it was killed, or could not
+    remove it): the outcome's, in ``runs/JOB/.journal/pruning/<batch>/``."""
+
+    job: str
+    key: str | None
+    """the outcome whose folder it is (``None``: the prune's marker does not name it)"""
+    folder: Path
+
+    def to_json(self) -> dict[str, Any]:
+        return {"job": self.job, "key": self.key, "folder": str(self.folder)}
+
+
+def set_aside(home: Path) -> tuple[list[SetAside], set[tuple[str, str]]]:
+    """Every folder killed prunes left set aside under ``home/runs``, and every outcome
+    their markers name, as ``(job, key)`` (those whose folder went already included); read
+    only. Whether such an outcome was pruned (its batch committed) or is still in the
+    ledger (killed before the commit) only the ledger tells: the next prune asks it (puts
+    the folder back or removes it); without the ledger nobody can."""
+    found: list[SetAside] = []
+    named: set[tuple[str, str]] = set()
+    for marker in _markers((home / "runs").absolute().parent):
+        named |= {(marker.job, key) for key, _, _ in marker.outcomes}
+        for child in marker.children() or ():
+            outcome = marker.named(child)
+            found.append(SetAside(marker.job, outcome[0] if outcome else None, child))
+    return found, named
+
+
+def _plan_earlier(engine: Engine, pruned: Pruned) -> set[tuple[str, str]]:
+    """What a prune does first with the folders killed prunes set aside
+    (:meth:`_SetAside.finish_earlier`), told in ``pruned`` and done to nothing: each is
+    put back if the ledger still holds its outcome (made at the same time), else removed.
+    Returns the outcomes, as ``(job, key)``, whose folders would be put back."""
+    from .folders import outcome_dir
+
+    ledger = engine.existing_ledger()
+    back: set[tuple[str, str]] = set()
+    for marker in _markers((engine.home / "runs").absolute().parent):
+        children = marker.children()
+        if children is None:
+            pruned.kept_folders.append(str(marker.aside))
+            continue
+        for child in children:
+            if _taken_by_another(child.name):
+                continue  # another prune, alive, is removing it
+            named = marker.named(child)
+            held = None
+            if named is not None and ".removing-" not in child.name:
+                held = ledger.outcome(named[0])
+                if held is not None and float(held.created_at) != named[1]:
+                    held = None  # the key made again since: another outcome
+            if held is None:
+                pruned.set_aside_removed.append(str(child))
+                pruned.folders += 1
+                continue
+            try:
+                outcome_dir(engine.home, marker.job, held.key)
+            except InvalidInput:
+                pruned.kept_folders.append(str(child))
+                continue
+            pruned.set_aside_put_back.append(str(child))
+            back.add((marker.job, held.key))
+    return back
 
 
 class _SetAside:
@@ -334,28 +459,15 @@ class _SetAside:
 
     def finish_earlier(self) -> None:
         """Settle every marker a prune left (killed, or unable to remove a folder)."""
-        from .folders import JOURNAL
-        from .fsio import private_dirs
-
-        runs = self.base / "runs"
-        if runs.is_symlink() or not runs.is_dir():
-            return
-        for file in sorted(runs.glob(f"*/{JOURNAL}/{_AREA}/*.json")):
-            job = file.parent.parent.parent.name
-            try:
-                private_dirs(self.base, ("runs", job, JOURNAL, _AREA), create=False)
-            except (OSError, InvalidInput):
-                continue  # a link on the way: never followed
-            marker = None if file.is_symlink() else _Marker.read(file)
-            if marker is None:
-                continue
-            self.jobs.add(job)
-            self._settle(marker)
+        for marker in _markers(self.base):
+            self.jobs.add(marker.job)
+            self._settle(marker, earlier=True)
             self.markers.append(marker)
 
-    def _settle(self, marker: _Marker) -> bool:
+    def _settle(self, marker: _Marker, *, earlier: bool = False) -> bool:
         """Put back the folders of the outcomes the ledger still holds (the same ones),
-        with their rows locked, and remove the rest. Returns whether all are settled."""
+        with their rows locked, and remove the rest. Returns whether all are settled.
+        ``earlier``: a prune that was killed set them aside (told in ``pruned``)."""
         from .folders import outcome_dir
 
         stuck: set[str] = set()
@@ -372,16 +484,21 @@ class _SetAside:
                         dest = None
                     if dest is None or not _put_back(src, dest):
                         stuck.add(name)
+                    elif earlier:
+                        self.pruned.set_aside_put_back.append(str(src))
 
         if marker.outcomes:  # (a batch in flight is decided first: its rows are locked)
             self.engine.existing_ledger().retention.holding(
                 [k for k, _, _ in marker.outcomes], put_back)
         if marker.aside.is_symlink() or not marker.aside.is_dir():
             return True
-        return self._remove_rest(marker, stuck)
+        return self._remove_rest(marker, stuck,
+                                 self.pruned.set_aside_removed if earlier else None)
 
-    def _remove_rest(self, marker: _Marker, keep: set[str]) -> bool:
-        """Remove what is set aside in ``marker`` but ``keep``; returns whether all went."""
+    def _remove_rest(self, marker: _Marker, keep: set[str],
+                     told: list[str] | None = None) -> bool:
+        """Remove what is set aside in ``marker`` but ``keep``; returns whether all went.
+        Each removed folder is counted, and named in ``told`` if given."""
         try:
             children = sorted(marker.aside.iterdir())
         except FileNotFoundError:
@@ -417,6 +534,8 @@ class _SetAside:
                 left = True
                 continue
             self.pruned.folders += 1
+            if told is not None:
+                told.append(str(child))
         if left:
             return False
         with contextlib.suppress(OSError):  # (not empty: another prune is at work in it)

@@ -17,6 +17,14 @@ other step becomes ``unknown`` and every other outcome ``unknown``, so the
 next run checks before it acts (a lookup, or a human when there is none), as
 after any crash. Attempt numbers and fencing tokens continue above the
 highest the folders show, so no attempt folder is ever written twice.
+
+A folder a killed prune set aside (``runs/<job>/.journal/pruning/``,
+housekeeping.py) is never read as an outcome, nor are the journal lines of an
+outcome its marker names: the marker cannot say whether the prune committed
+(the outcome was pruned on purpose, and a run of its key must start afresh) or
+was killed before (the lost ledger still held it), and only a ledger can. Each
+such folder is reported instead, for a person to decide (moving it back to
+``runs/<job>/`` before ``recover`` recovers it).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from typing import Any
 from .errors import InvalidInput
 from .folders import JOURNAL
 from .fsio import sha256_file
+from .housekeeping import SetAside, set_aside
 from .keys import step_key, unslug
 from .ledger import Ledger
 from .ledger.backend import Tx
@@ -79,6 +88,8 @@ class RecoveredOutcome:
 class Recovered:
     outcomes: list[RecoveredOutcome]
     skipped: list[str]  # folders that name no outcome, with why
+    set_aside: list[SetAside] = field(default_factory=list)
+    """folders a killed prune set aside: not recovered (see the module's docstring)"""
 
     def counts(self) -> dict[str, int]:
         steps = [s for o in self.outcomes for s in o.steps.values()]
@@ -307,6 +318,7 @@ def read_home(home: Path) -> Recovered:
     skipped: list[str] = []
     if not runs.is_dir():
         return Recovered(outcomes, skipped)
+    aside, pruning = set_aside(home)
     for job_dir in sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()):
         if not _is_text(job_dir.name):
             skipped.append(f"{job_dir}: its name is not UTF-8 text")
@@ -320,9 +332,10 @@ def read_home(home: Path) -> Recovered:
             got = _outcome(folder, skipped, journals)
             if got is not None:
                 outcomes.append(got)
+        # (an outcome a prune set aside: its lines alone would bring it back)
         outcomes += [_journal_outcome(job_dir.name, job_dir, key, lines)
-                     for key, lines in journals.items()]
-    return Recovered(outcomes, skipped)
+                     for key, lines in journals.items() if (job_dir.name, key) not in pruning]
+    return Recovered(outcomes, skipped, aside)
 
 
 def write(ledger: Ledger, recovered: Recovered) -> bool:

@@ -102,18 +102,19 @@ def test_needs_attention_lists_what_waits_oldest_first_with_the_settling_command
 
 
 def test_prune_removes_old_rows_and_folders_but_never_what_waits(waiting: Home, tmp_path: Path) -> None:
-    """prune --older-than 0s removes the done outcome (rows, history, runs/ folder) and keeps the
+    """prune --older-than 1s removes the done outcome (rows, history, runs/ folder) and keeps the
     blocked and unknown ones; --dry-run counts the same and removes nothing; --export keeps the
     removed rows, which import --merge brings back."""
     folder = waiting.path / "runs" / "pay"
     assert len(list(folder.iterdir())) == 2
-    dry = waiting.run("prune", "--older-than", "0s", "--dry-run", "--json")
+    time.sleep(1.1)  # older than 1s ("0s" is refused: it would keep nothing)
+    dry = waiting.run("prune", "--older-than", "1s", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     counted = json.loads(dry.stdout)
     assert counted["outcomes"] == 1 and counted["keys"] == ["pay:2"] and counted["folders"] == 1
     assert waiting.run("status", "pay:2").returncode == 0
     export = tmp_path / "pruned.jsonl"
-    real = waiting.run("prune", "--older-than", "0s", "--export", str(export), "--json")
+    real = waiting.run("prune", "--older-than", "1s", "--export", str(export), "--json")
     assert real.returncode == 0, real.stderr
     removed = json.loads(real.stdout)
     assert {k: removed[k] for k in ("outcomes", "attempts", "steps", "history", "folders")} == {
@@ -138,7 +139,7 @@ def test_prune_refuses_states_that_wait_and_needs_an_age(any_home: Home) -> None
     assert run(home, "pay", 4, "true") == 0
     quiet = home.run("needs-attention", "--fail-if-any")
     assert quiet.returncode == 0 and "nothing needs attention" in quiet.stdout
-    bad = home.run("prune", "--older-than", "0s", "--state", "blocked")
+    bad = home.run("prune", "--older-than", "1s", "--state", "blocked")
     assert bad.returncode == 2 and "never pruned" in bad.stderr
     assert home.run("prune", "--older-than", "ninety").returncode == 2
     no_age = home.run("prune", "--job", "pay")
@@ -179,7 +180,8 @@ def test_prune_never_touches_an_outcome_with_an_active_attempt(any_home: Home) -
                 time.sleep(0.1)
         finally:
             ledger.close()
-        pruned = json.loads(home.run("prune", "--older-than", "0s", "--json").stdout)
+        time.sleep(1.1)  # older than 1s ("0s" is refused: it would keep nothing)
+        pruned = json.loads(home.run("prune", "--older-than", "1s", "--json").stdout)
         assert pruned["keys"] == []
     finally:
         proc.kill()

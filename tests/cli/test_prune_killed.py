@@ -15,6 +15,7 @@ import shutil
 import signal
 import sqlite3
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -195,12 +196,13 @@ def test_the_next_prune_finishes_a_killed_one_on_either_ledger(
     assert _run(home, "2026-W40", "sh", "-c", script) == 0
     folder = home.path / "runs/report/report+2026-W40"
     files = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-    killed = home.run("prune", "--older-than", "0s", env={"RETRYSAFE_CRASH_AT": f"prune:{point}"})
+    time.sleep(1.1)  # older than 1s ("0s" is refused: it would keep nothing)
+    killed = home.run("prune", "--older-than", "1s", env={"RETRYSAFE_CRASH_AT": f"prune:{point}"})
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
     assert not folder.exists()  # set aside before the commit
     if point == "after-commit":
         assert _keys(home) == []
-        again = home.run("prune", "--older-than", "0s", "--json")
+        again = home.run("prune", "--older-than", "1s", "--json")
         assert again.returncode == 0, again.stdout + again.stderr
         got = json.loads(again.stdout)
         assert (got["keys"], got["folders"], got["kept_folders"]) == ([], 1, [])
@@ -229,10 +231,11 @@ def test_two_prunes_finishing_the_same_killed_prune_remove_each_folder_once(home
     made = subprocess.run([PY, "-c", MAKE, str(home.path), "260"],
                           env=home.env, capture_output=True, text=True, timeout=120, check=False)
     assert made.returncode == 0, made.stderr
-    killed = home.run("prune", "--older-than", "0s",
+    time.sleep(1.1)  # older than 1s ("0s" is refused: it would keep nothing)
+    killed = home.run("prune", "--older-than", "1s",
                       env={"RETRYSAFE_CRASH_AT": "prune:after-commit"})
     assert killed.returncode == -signal.SIGKILL  # after its first batch (200 outcomes)
-    procs = [home.popen("prune", "--older-than", "0s", "--json") for _ in range(2)]
+    procs = [home.popen("prune", "--older-than", "1s", "--json") for _ in range(2)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     got = [json.loads(out) for out, _ in outs]

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -131,8 +132,9 @@ def test_a_prune_export_repeated_by_a_killed_prune_imports_back(tmp_path: Path) 
     again = Home(tmp_path / "again")
     shutil.copytree(first.path, again.path)  # the ledger as the killed prune left it
     file = tmp_path / "pruned.jsonl"
+    time.sleep(1.1)  # older than 1s ("0m" is refused: it would keep nothing)
     for home in (first, again):
-        proc = home.run("prune", "--older-than", "0m", "--export", str(file))
+        proc = home.run("prune", "--older-than", "1s", "--export", str(file))
         assert proc.returncode == 0, proc.stderr
     assert sum("format" in r for r in _records(file)) == 2
     for merge in ([], ["--merge"]):
@@ -155,7 +157,8 @@ def test_a_prune_export_cut_short_at_a_line_end_is_refused(tmp_path: Path) -> No
     imported (it imported the rows before the cut and said nothing)."""
     home = _filled(Home(tmp_path / "home"))
     file = tmp_path / "pruned.jsonl"
-    assert home.run("prune", "--older-than", "0m", "--export", str(file)).returncode == 0
+    time.sleep(1.1)  # older than 1s ("0m" is refused: it would keep nothing)
+    assert home.run("prune", "--older-than", "1s", "--export", str(file)).returncode == 0
     lines = file.read_text().splitlines(keepends=True)
     assert len(lines) > 6
     cut = tmp_path / "cut.jsonl"
@@ -267,7 +270,7 @@ def test_an_export_onto_the_ledger_itself_is_refused(home: Home, tmp_path: Path)
     for args, cwd in ((["export", "ledger.sqlite3", "--force"], home.path),
                       (["export", str(link), "--force"], None),
                       (["export", "ledger.sqlite3-wal", "--force"], home.path),
-                      (["prune", "--older-than", "0m", "--export", "ledger.sqlite3"], home.path)):
+                      (["prune", "--older-than", "1s", "--export", "ledger.sqlite3"], home.path)):
         before = home.snapshot()
         proc = home.run(*args, cwd=cwd)
         _one_line_refusal(proc)

@@ -451,3 +451,22 @@ def test_install_plugin_with_openclaw_on_path_is_checked_too(
     done = home.run("openclaw", "install-plugin", env={**report, "PATH": path})
     one_line_error(done, 2, str(fake), "not the openclaw executable")
     assert re.search(r"--version' printed 'something else 1\.0'", done.stderr), done.stderr
+
+
+@pytest.mark.parametrize("placeholder", ["EVIDENCE", "<EVIDENCE>", " ID "])
+def test_resolve_refuses_a_placeholder_as_evidence(agent: Home, placeholder: str) -> None:
+    """``resolve --found EVIDENCE`` pasted from the docs without the evidence is refused
+    as ``record`` refuses it: exit 2, one line, the step still unknown; real evidence
+    settles it."""
+    attempt = begin(agent)
+    assert agent.run("intent", KEY, "send", "--class", "message", "--attempt", attempt).returncode == 0
+    assert agent.run("unknown", KEY, "send", "--attempt", attempt,
+                     "--reason", "the call timed out").returncode == 0
+    before = agent.snapshot()
+    refused = agent.run("resolve", KEY, "send", "--found", placeholder)
+    one_line_error(refused, 2, "placeholder")
+    assert agent.snapshot() == before
+    assert steps(agent, KEY)[("send", None)]["state"] == "unknown"
+    ok = agent.run("resolve", KEY, "send", "--found", "msg-4711")
+    assert ok.returncode == 0, ok.stderr
+    assert steps(agent, KEY)[("send", None)]["state"] == "done"

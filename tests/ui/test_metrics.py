@@ -3,6 +3,7 @@ checked against what the ledger holds, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -156,7 +157,8 @@ def test_prune_never_lowers_a_counter_and_another_ledger_starts_over(home: Home,
     assert home.run("metrics", "--textfile", str(textfile)).returncode == 0
     before = history(samples(textfile.read_text()))
 
-    pruned = home.run("prune", "--older-than", "0s", "--state", "done")
+    time.sleep(1.1)  # older than 1s ("0s" is refused: it would keep nothing)
+    pruned = home.run("prune", "--older-than", "1s", "--state", "done")
     assert pruned.returncode == 0, pruned.stderr
     executions = ("retrysafe_executions_total", (("job", "report"), ("kind", "effect")))
     finished = ("retrysafe_attempts", (("job", "report"), ("state", "finished")))
@@ -218,7 +220,8 @@ def test_plain_metrics_carries_its_counts_in_the_home(home: Home) -> None:
 
     # a prune removes outcomes without history rows: the gauges are read whole again
     # (the planted count goes), the counters keep what they counted
-    assert home.run("prune", "--older-than", "0s", "--state", "done").returncode == 0
+    time.sleep(1.1)  # older than 1s ("0s" is refused: it would keep nothing)
+    assert home.run("prune", "--older-than", "1s", "--state", "done").returncode == 0
     pruned = history(samples(home.run("metrics").stdout))
     assert done not in pruned and pruned[blocks] == carried[blocks]
     assert {k: v for k, v in pruned.items() if k[0] == "retrysafe_outcomes"} == \

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from ..engine import Engine
+from ..errors import InvalidInput
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -137,6 +138,19 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     from ..readout import table_lines
 
     click.echo("\n".join(table_lines(headers, rows)))
+
+
+# what the printed and documented command lines put where the evidence goes: pasted
+# without being replaced, it would be recorded as what proves the effect
+_PLACEHOLDERS = frozenset(w for n in ("ID", "EVIDENCE", "PROVIDER_ID") for w in (n, f"<{n}>"))
+
+
+def refuse_placeholder(option: str, evidence: str) -> None:
+    """Refuse evidence that is a placeholder of a printed or documented line (``ID``,
+    ``<EVIDENCE>``...), pasted without being replaced."""
+    if evidence.strip() in _PLACEHOLDERS:
+        raise InvalidInput(f"{option} {evidence.strip()}: a placeholder, not evidence; replace "
+                           "it with the provider's id for the effect")
 
 
 def login_name() -> str:

@@ -51,7 +51,15 @@ from ..keys import parse_assignments, step_key, step_ref
 from ..ledger import Holder, OutcomeRecord
 from ..process import host_id
 from ..states import Action, ClaimStatus
-from ._common import emit_json, json_option, key_and_step, key_argument, params_option, state
+from ._common import (
+    emit_json,
+    json_option,
+    key_and_step,
+    key_argument,
+    params_option,
+    refuse_placeholder,
+    state,
+)
 
 __all__ = ["begin", "block", "check", "close", "intent", "record", "unknown"]
 
@@ -91,10 +99,6 @@ def _valid(key: str, step_name: str, item: str | None, effect_class: str | None 
         parse_class(effect_class)
     return step_key(key, step_name, item)
 
-
-# what the printed and documented command lines put where the evidence goes: pasted
-# without being replaced, it would be recorded as what proves the effect
-_PLACEHOLDERS = frozenset(w for n in ("ID", "EVIDENCE", "PROVIDER_ID") for w in (n, f"<{n}>"))
 
 _CC = "\x00-\x1f\x7f-\x9f\u2028\u2029"  # control characters and line breaks
 _CONTROL = re.compile(f" *[{_CC}][ {_CC}]*")
@@ -359,9 +363,7 @@ def record(key: str, step_name: str, evidence: str, item: str | None, attempt_id
     evidence = _text(evidence, "--evidence")
     if not evidence:
         raise InvalidInput("--evidence is empty: give the provider's id for the effect")
-    if evidence in _PLACEHOLDERS:
-        raise InvalidInput(f"--evidence {evidence}: a placeholder, not evidence; replace it "
-                           "with the provider's id for the effect")
+    refuse_placeholder("--evidence", evidence)
     skey = _valid(key, step_name, item)
     try:
         run = _resume(key, attempt_id)

@@ -9,7 +9,16 @@ import click
 
 from ..errors import InvalidInput
 from ..keys import parse_assignments
-from ._common import actor, emit_json, json_option, key_and_step, key_argument, params_option, state
+from ._common import (
+    actor,
+    emit_json,
+    json_option,
+    key_and_step,
+    key_argument,
+    params_option,
+    refuse_placeholder,
+    state,
+)
 
 
 @click.command()
@@ -36,6 +45,8 @@ def resolve(key: str, step_name: str, found: str | None, absent: bool, note: str
         raise InvalidInput("give exactly one of --found EVIDENCE or --absent")
     if found is not None and not found.strip():
         raise InvalidInput("--found needs the evidence (provider id, URL, SHA...)")
+    if found is not None:
+        refuse_placeholder("--found", found)
     from ..process import attempt_liveness
 
     engine = state().engine

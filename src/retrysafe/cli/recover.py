@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from ..errors import InvalidInput
 from ._common import emit_json, json_option, state
+
+if TYPE_CHECKING:
+    from ..recover import Recovered
 
 
 @click.command()
@@ -20,7 +25,8 @@ def recover(dry_run: bool, adopt: bool, as_json: bool) -> None:
     What the folders prove (recorded evidence, artifacts with their checksums,
     a done summary) is kept; every other step and outcome becomes 'unknown',
     so the next run checks before it acts. Refused when the ledger already
-    records outcomes.
+    records outcomes. Folders a killed prune set aside are named, not recovered:
+    move one back to runs/JOB/ first to recover it.
 
     \b
     Example:
@@ -44,8 +50,10 @@ def recover(dry_run: bool, adopt: bool, as_json: bool) -> None:
         counts = recovered.counts() if recovered else {}
         if as_json:
             emit_json({"dry_run": True, "adopt": adopt, **counts,
-                       "skipped": recovered.skipped if recovered else []})
+                       "skipped": recovered.skipped if recovered else [],
+                       "set_aside": _set_aside(recovered)})
         else:
+            _tell_set_aside(recovered)
             click.echo("would adopt the ledger" if adopt else _describe(counts, "would rebuild"))
         return
     wrote = True
@@ -58,12 +66,31 @@ def recover(dry_run: bool, adopt: bool, as_json: bool) -> None:
     counts = recovered.counts() if recovered else {}
     if as_json:
         emit_json({"dry_run": False, "adopt": adopt, **counts,
-                   "skipped": recovered.skipped if recovered else []})
+                   "skipped": recovered.skipped if recovered else [],
+                   "set_aside": _set_aside(recovered)})
         return
     for why in recovered.skipped if recovered else []:
         click.echo(f"skipped: {why}", err=True)
+    _tell_set_aside(recovered)
     click.echo("adopted: this home now uses the ledger as it is" if adopt
                else _describe(counts, "rebuilt" if wrote else "an earlier recover rebuilt"))
+
+
+def _set_aside(recovered: Recovered | None) -> list[dict[str, str | None]]:
+    return [a.to_json() for a in recovered.set_aside] if recovered else []
+
+
+def _tell_set_aside(recovered: Recovered | None) -> None:
+    """Each folder a killed prune set aside: its outcome was pruned, or was about to be
+    (killed before the commit), and nothing left tells which."""
+    from ..readout import one_line
+
+    for aside in recovered.set_aside if recovered else []:
+        whose = f" (outcome {aside.key})" if aside.key else ""
+        line = (f"not recovered: {aside.folder}{whose} was set aside by a prune that was "
+                "killed, before or after it removed the outcome (nothing tells which); to "
+                f"recover it, move it back into runs/{aside.job}/ first")
+        click.echo(one_line(line.encode("utf-8", "backslashreplace").decode()), err=True)
 
 
 def _describe(counts: dict[str, int], verb: str) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..housekeeping import prune as prune_home
+from ..readout import one_line
 from ._common import emit_json, json_option, state
 
 __all__ = ["prune"]
@@ -32,7 +33,7 @@ def prune(older_than: str | None, states: tuple[str, ...], job_name: str | None,
     attempt holds. Without --older-than, each job's `keep` decides (jobs
     without one are kept). A pruned key is forgotten: a run of it starts
     afresh, so prune only keys that will not be run again. A prune killed
-    part-way is finished by the next one.
+    part-way is finished by the next one (--dry-run says how).
 
     \b
     Example:
@@ -51,5 +52,21 @@ def prune(older_than: str | None, states: tuple[str, ...], job_name: str | None,
     verb = "would remove" if dry_run else "removed"
     click.echo(f"{verb}: {pruned.outcomes} outcomes, {pruned.attempts} attempts, {pruned.steps} "
                f"steps, {pruned.events} history rows, {pruned.folders} folders")
+    removed, back = pruned.set_aside_removed, pruned.set_aside_put_back
+    if removed or back:
+        click.echo(f"a killed prune left folders set aside: "
+                   f"{'would first remove' if dry_run else 'removed'} {len(removed)} (their "
+                   f"outcomes are gone from the ledger) and put back {len(back)} (their outcomes "
+                   "are still in it)")
+    if dry_run:  # each one, for a person deciding whether to prune
+        for path in removed:
+            click.echo(f"would remove set-aside folder: {_shown(path)}")
+        for path in back:
+            click.echo(f"would put back set-aside folder: {_shown(path)}")
     for path in pruned.kept_folders:
         click.echo(f"kept folder (a link or not removable): {path}", err=True)
+
+
+def _shown(path: str) -> str:
+    """A path as one line of text (a name of bytes that are not UTF-8 escaped)."""
+    return one_line(path.encode("utf-8", "backslashreplace").decode())
