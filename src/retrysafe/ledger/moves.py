@@ -35,8 +35,8 @@ from .backend import Tx
 from .migrations import WORDS
 
 __all__ = ["HISTORY_COLUMNS", "HISTORY_VALUES", "KNOWN_WORDS", "OUTCOME_ID", "STARTED_IT",
-           "add_words", "progress",
-           "single_statement", "step_insert", "step_suffix", "step_update", "word"]
+           "add_words", "progress", "single_statement", "step_insert", "step_suffix",
+           "step_update", "word"]
 
 HISTORY_COLUMNS = ("outcome, step, at, attempt, fence, actor, kind, from_state, to_state,"
                    " reason")
