@@ -226,12 +226,15 @@ class LedgerCore:
     def _write_events(tx: Tx, events: list[tuple[Any, ...]]) -> None:
         """History rows, in order, in one statement."""
         if events:
-            # (a kind or state a ledger has no code for would be refused: it gets one)
+            # the kind and states by their codes (a word this version does not write
+            # gets a code of its own)
+            code = moves.CODES
             if not moves.KNOWN_WORDS.issuperset(w for e in events for w in e[6:9]):
-                moves.add_words(tx, (w for e in events for w in e[6:9]))
-            values = ", ".join([moves.HISTORY_VALUES] * len(events))
+                code = moves.add_words(tx, (w for e in events for w in e[6:9]))
+            values = ", ".join([moves.HISTORY_CODES] * len(events))
             tx.run(f"INSERT INTO rs_history ({moves.HISTORY_COLUMNS}) VALUES {values}",
-                   tuple(v for e in events for v in e))
+                   tuple(v for e in events for v in (*e[:6], code[e[6]], code[e[7]],
+                                                      code[e[8]], e[9])))
 
     # --- claims and leases ---------------------------------------------------
 
@@ -626,8 +629,8 @@ class LedgerCore:
                                        may_insert, sources, tx.now)
             if written and progress:
                 log_mark, move_mark = moves.progress(len(progress))
-                tx.run(log_mark, (tx.now, attempt.number, attempt.fence, "", outcome_state,
-                                  key, *progress))
+                tx.run(log_mark, (tx.now, attempt.number, attempt.fence, "",
+                                  moves.CODES[outcome_state], key, *progress))
                 tx.run(move_mark, (outcome_state, tx.now, key, *progress))
         return written
 
@@ -665,11 +668,12 @@ class LedgerCore:
         if sources:
             update = (*changes, "updated_at")
             params += [*changes.values(), step_key, *sources]
-        # the history row's attempt, actor (the attempt) and the attempt again (its reason)
-        params += [attempt.number, "", attempt.number]
+        # the history row's attempt, actor (the attempt), new state and the attempt again
+        # (its reason)
+        params += [attempt.number, "", moves.CODES[changes["state"]], attempt.number]
         progress = _progress_sources(outcome_state)
-        if progress:
-            params += [outcome_state, *progress, attempt.number, "", outcome_state]
+        if progress and outcome_state:
+            params += [outcome_state, *progress, attempt.number, "", moves.CODES[outcome_state]]
         sql = moves.single_statement(self.backend.now_sql, insert, update, len(sources),
                                      changes["state"] == _RUNNING, len(progress))
         return self.backend.execute(sql, tuple(params)) > 0

@@ -34,7 +34,8 @@ from collections.abc import Iterable
 from .backend import Tx
 from .migrations import WORDS
 
-__all__ = ["HISTORY_COLUMNS", "HISTORY_VALUES", "KNOWN_WORDS", "OUTCOME_ID", "STARTED_IT",
+__all__ = ["CODES", "HISTORY_CODES", "HISTORY_COLUMNS", "HISTORY_VALUES", "KNOWN_WORDS",
+           "OUTCOME_ID", "STARTED_IT",
            "add_words", "progress", "single_statement", "step_insert", "step_suffix",
            "step_update", "word"]
 
@@ -57,27 +58,36 @@ HISTORY_VALUES = f"({OUTCOME_ID}, ?, ?, ?, ?, ?, {word()}, {word()}, {word()}, ?
 """One history row's values for :data:`HISTORY_COLUMNS`, the outcome by its key and the
 kind and states as words; a reason of ``NULL`` is the row's usual one (see
 :data:`STARTED_IT`)."""
-KNOWN_WORDS = frozenset(WORDS)
-"""The words every ledger of schema 12 or later has a code for."""
+CODES = {w: code for code, w in enumerate(WORDS)}
+"""The code of each word every ledger of schema 12 or later has (:data:`WORDS`)."""
+KNOWN_WORDS = frozenset(CODES)
+HISTORY_CODES = f"({OUTCOME_ID}, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+"""One history row's values as the engine writes them: the kind and states given as
+their codes (:func:`codes`), no lookup in the statement."""
 
 
-def add_words(tx: Tx, words: Iterable[str]) -> None:
-    """Give each of ``words`` that ``rs_words`` lacks a code of its own, from 1000 on:
-    a kind or state :data:`KNOWN_WORDS` does not hold (an older export, an edit)."""
-    new = sorted(set(words) - KNOWN_WORDS)
+def add_words(tx: Tx, words: Iterable[str]) -> dict[str, int]:
+    """Give each of ``words`` that ``rs_words`` lacks a code of its own, from 1000 on (a
+    kind or state :data:`KNOWN_WORDS` does not hold: an older export, an edit); the
+    codes of ``words``."""
+    asked = set(words)
+    new = sorted(asked - KNOWN_WORDS)
     if not new:
-        return
-    known = {str(r["word"]) for r in tx.rows(
-        f"SELECT word FROM rs_words WHERE word IN ({', '.join('?' * len(new))})", tuple(new))}
+        return CODES
+    known = {str(r["word"]): int(r["code"]) for r in tx.rows(
+        f"SELECT word, code FROM rs_words WHERE word IN ({', '.join('?' * len(new))})",
+        tuple(new))}
     row = tx.one("SELECT MAX(code) AS top FROM rs_words")
     code = max(999, int(row["top"]) if row and row["top"] is not None else 0)
     for w in new:
         if w not in known:
             code += 1
             tx.run("INSERT INTO rs_words (code, word) VALUES (?, ?)", (code, w))
+            known[w] = code
+    return {**CODES, **known}
 
 
-_OUTCOME, _STEP = word("'outcome'"), word("'step'")
+_OUTCOME, _STEP = CODES["outcome"], CODES["step"]
 _PREVIOUS = word("COALESCE(w.previous_state, '')")
 STARTED_IT = "'attempt ' || {} || ' started it'"
 """The reason of a step's first move by an attempt, as SQL of the attempt's number: a
@@ -132,12 +142,12 @@ def progress(sources: int) -> tuple[str, str]:
 
     The history row is written first, from the outcome's state before the
     move; both statements apply only when that state is one of ``sources``.
-    Parameters of the first: time, attempt number, fence, actor, new state, key,
-    sources; of the second: new state, time, key, sources.
+    Parameters of the first: time, attempt number, fence, actor, the new state's code,
+    key, sources; of the second: new state, time, key, sources.
     """
     marks = ", ".join("?" * sources)
     return (f"INSERT INTO rs_history ({HISTORY_COLUMNS}) SELECT id, '', ?, ?, ?, ?,"
-            f" {_OUTCOME}, {word('rs_outcomes.state')}, {word()}, ''"
+            f" {_OUTCOME}, {word('rs_outcomes.state')}, ?, ''"
             f" FROM rs_outcomes WHERE key = ? AND state IN ({marks})",
             "UPDATE rs_outcomes SET state = ?, reason = '', updated_at = ?"
             f" WHERE key = ? AND state IN ({marks})")
@@ -157,9 +167,10 @@ def single_statement(
     Parameters, in order: outcome key, fence, attempt id (the fence check);
     the inserted columns' values (when ``insert``); the updated columns'
     values, the step key and the ``sources`` states (when ``update``); the
-    history row's attempt number, actor and the attempt number again; and, when ``progress_sources``,
+    history row's attempt number, actor, the code of the step's new state and the
+    attempt number again; and, when ``progress_sources``,
     the outcome's new state, the states it may move from, then the attempt
-    number, the actor and the new state again for the outcome's history row.
+    number, the actor and the new state's code for the outcome's history row.
     The result is one row (the state the step moved from, ``NULL`` when it
     was created), or none.
     """
@@ -182,7 +193,7 @@ def single_statement(
     parts.append(f"e AS (INSERT INTO rs_history ({HISTORY_COLUMNS}) SELECT f.id,"
                  f" substr(w.step_key, length(w.outcome_key) + 1), {now}, ?, w.fence, ?,"
                  f" {_STEP}, {_PREVIOUS},"
-                 f" {word('w.state')}, NULLIF(w.reason, {STARTED_IT.format('CAST(? AS TEXT)')})"
+                 f" ?, NULLIF(w.reason, {STARTED_IT.format('CAST(? AS TEXT)')})"
                  " FROM w, f RETURNING id)")
     if progress_sources:
         # progress marks only move forward (running -> generated -> delivered)
@@ -193,6 +204,6 @@ def single_statement(
         # reading e, the outcome's row is written after the step's (and takes the next
         # id), as on SQLite: the order of a statement's writes is otherwise the server's
         parts.append(f"oe AS (INSERT INTO rs_history ({HISTORY_COLUMNS}) SELECT f.id, '',"
-                     f" {now}, ?, w.fence, ?, {_OUTCOME}, {word('o.old')}, {word()}, ''"
+                     f" {now}, ?, w.fence, ?, {_OUTCOME}, {word('o.old')}, ?, ''"
                  " FROM o, w, f, e)")
     return "WITH " + ",\n".join(parts) + "\nSELECT previous_state FROM w"
