@@ -179,3 +179,17 @@ def test_a_forked_child_closing_the_engine_leaves_the_parents_connection_alone(
         run.effect("send", "message", execute=lambda k: "three", lookup=lambda k: ABSENT)
     assert [engine.ledger.outcome(f"report:w{n}").state for n in (1, 2, 3)] == ["done"] * 3
     engine.close()
+
+
+def test_an_execute_that_returns_none_gives_the_same_evidence_on_every_run(home: Path) -> None:
+    """``execute=lambda k: send(...)`` where ``send`` returns None: the effect happened,
+    with no evidence; ``effect`` returned None on the first run but ``""`` on every
+    later one. It is ``""`` each time now (the signature's ``str``), and nothing runs
+    twice."""
+    sent: list[str] = []
+    results = []
+    for _ in range(2):
+        with retrysafe.start("report", {"week": "w1"}, home=home) as run:
+            results.append(run.effect("send", "local_write", execute=sent.append))
+    assert results == ["", ""]
+    assert len(sent) == 1

@@ -25,7 +25,11 @@ _EXPORTS = {
     "ConnectorBase": "connectors.base", "EffectFailed": "connectors.base", "Found": "connectors.base",
     "Config": "config", "Job": "config", "load_config": "config",
     "DEFAULT_POLICIES": "effects", "EffectClass": "effects", "Policy": "effects",
-    "Engine": "engine", "start": "engine",
+    "Engine": "engine", "close_all": "engine", "start": "engine",
+    "Busy": "errors", "ConfigError": "errors", "InvalidInput": "errors",
+    "InvalidParameter": "errors", "LedgerError": "errors", "OutcomeBlocked": "errors",
+    "RetrysafeError": "errors", "StaleAttempt": "errors", "StepBlocked": "errors",
+    "StepFailed": "errors", "StepUnknown": "errors",
     "Ledger": "ledger", "open_ledger": "ledger",
     "OutcomeState": "states", "StepState": "states",
     "Run": "attempt",
@@ -46,7 +50,19 @@ if TYPE_CHECKING:
     from .effects import EffectClass as EffectClass
     from .effects import Policy as Policy
     from .engine import Engine as Engine
+    from .engine import close_all as close_all
     from .engine import start as start
+    from .errors import Busy as Busy
+    from .errors import ConfigError as ConfigError
+    from .errors import InvalidInput as InvalidInput
+    from .errors import InvalidParameter as InvalidParameter
+    from .errors import LedgerError as LedgerError
+    from .errors import OutcomeBlocked as OutcomeBlocked
+    from .errors import RetrysafeError as RetrysafeError
+    from .errors import StaleAttempt as StaleAttempt
+    from .errors import StepBlocked as StepBlocked
+    from .errors import StepFailed as StepFailed
+    from .errors import StepUnknown as StepUnknown
     from .ledger import Ledger as Ledger
     from .ledger import open_ledger as open_ledger
     from .states import OutcomeState as OutcomeState

@@ -684,7 +684,8 @@ class Run:
                 f"step {name} of {self.key} may or may not have happened ({reason}); "
                 "the next run looks it up first", key=self.key, step=name, state=_S.UNKNOWN)
         self._record(skey, name, item, evidence)
-        return evidence
+        # no evidence is "", as every later read of the step gives it (the signature's str)
+        return "" if evidence is None else evidence
 
     # --- the same algorithm, one phase per call (the agent protocol) ----------------
 
