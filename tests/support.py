@@ -128,3 +128,29 @@ def ledger_states(home: Path, key: str) -> tuple[str | None, dict[str, tuple[str
         return (out.state if out else None), steps
     finally:
         ledger.close()
+
+
+def one_line_refusal(proc: subprocess.CompletedProcess[str]) -> str:
+    """The stderr of a command refused as bad input: exit 2, one line, no traceback."""
+    err = proc.stderr
+    assert proc.returncode == 2, proc.stdout + err
+    assert len(err.splitlines()) == 1, err
+    assert "internal error" not in err and "Traceback" not in err, err
+    return err
+
+
+def age_outcomes(home: Home) -> None:
+    """Every outcome of ``home``'s SQLite ledger, a year old (``prune --older-than 30d``
+    takes them)."""
+    with sqlite3.connect(home.path / "ledger.sqlite3") as db:
+        db.execute("UPDATE rs_outcomes SET updated_at = updated_at - 365 * 86400")
+    db.close()
+
+
+def ledger_keys(home: Home) -> list[str]:
+    """The keys ``retrysafe ls`` lists in ``home``, sorted."""
+    import json
+
+    proc = home.run("ls", "--json")
+    assert proc.returncode == 0, proc.stderr
+    return sorted(o["key"] for o in json.loads(proc.stdout))

@@ -3,12 +3,12 @@ scheduler's clock a little ahead of ours; a job's zone is one every host reads a
 
 from __future__ import annotations
 
-import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from support import Home
+from support import one_line_refusal as _one_line
 
 import retrysafe
 from retrysafe.engine import Engine, close_all
@@ -32,12 +32,6 @@ params = {{ week = "isoweek" }}
 """
 
 
-def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
-    err = proc.stderr
-    assert proc.returncode == 2, proc.stdout + err
-    assert len(err.splitlines()) == 1, err
-    assert "internal error" not in err and "Traceback" not in err, err
-    return err
 
 
 @pytest.fixture

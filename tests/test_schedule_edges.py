@@ -6,7 +6,6 @@ correct value; never an internal error, never a run that should not happen."""
 from __future__ import annotations
 
 import contextlib
-import subprocess
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import Home
+from support import one_line_refusal as _one_line
 
 from retrysafe.errors import InvalidInput
 from retrysafe.schedule import Schedule, format_occurrence, next_occurrence, occurrence_at
@@ -27,12 +27,6 @@ def _job(setting: str, schedule: str = "* * * * *") -> str:
             f'schedule = "{schedule}"\n{setting}\n')
 
 
-def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
-    err = proc.stderr
-    assert proc.returncode == 2, proc.stdout + err
-    assert len(err.splitlines()) == 1, err
-    assert "internal error" not in err and "Traceback" not in err, err
-    return err
 
 
 @pytest.fixture

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 from support import REPORT_CONFIG, Home
+from support import age_outcomes as _age
+from support import ledger_keys as _keys
 from support import report_with_checked_step as _setup
 
 PY = sys.executable
@@ -52,17 +54,8 @@ def _run(home: Home, week: str, *cmd: str) -> int:
     return proc.returncode
 
 
-def _age(home: Home) -> None:
-    """Every outcome of the ledger, a year old (``--older-than 30d`` takes them)."""
-    with sqlite3.connect(home.path / "ledger.sqlite3") as db:
-        db.execute("UPDATE rs_outcomes SET updated_at = updated_at - 365 * 86400")
-    db.close()
 
 
-def _keys(home: Home) -> list[str]:
-    proc = home.run("ls", "--json")
-    assert proc.returncode == 0, proc.stderr
-    return sorted(o["key"] for o in json.loads(proc.stdout))
 
 
 def _api_outcome(home: Home, week: str) -> None:
