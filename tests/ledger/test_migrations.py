@@ -391,3 +391,20 @@ def test_a_kind_or_state_without_a_code_gets_one_of_its_own(ledger_url: str) -> 
             codes = {r["word"]: int(r["code"]) for r in tx.rows(
                 "SELECT word, code FROM rs_words WHERE code >= 1000")}
         assert codes == {"rehearsal": 1000, "rehearsed": 1001}
+
+
+def test_a_word_written_where_a_code_goes_is_refused(ledger_url: str) -> None:
+    """An older retrysafe still running after the upgrade writes history kinds and states
+    as words; SQLite would keep them as text, where no reader would find the row. Both
+    backends refuse the write instead (the upgrade caveat of docs/many-machines.md)."""
+    from retrysafe.errors import LedgerError
+
+    with open_ledger(ledger_url) as led:
+        claim = led.claim("rep:old", job="rep", params={}, holder=Holder("h", 7),
+                          lease_seconds=60, max_attempts=3)
+        assert claim.attempt is not None
+        before = led.history("rep:old")
+        with pytest.raises(LedgerError), led.backend.transaction() as tx:
+            tx.run("INSERT INTO rs_history (outcome, at, attempt, fence, kind, from_state,"
+                   " to_state) SELECT id, 0, 1, 1, 'step', '', 'running' FROM rs_outcomes")
+        assert led.history("rep:old") == before
