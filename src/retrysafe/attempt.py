@@ -22,7 +22,7 @@ from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
 from . import closeout, envvars, heartbeat
-from .crash import injector
+from .crash import injector, never
 from .effects import EffectClass, OnUnknown, parse_class, policy_for
 from .errors import (
     Busy,
@@ -172,7 +172,8 @@ class Run:
         self._beat: heartbeat.Beat | None = None
         self._closed: OutcomeRecord | None = None  # how close() ended the attempt
         self.on_lost: Callable[[], None] | None = None
-        self._crash_point = injector()  # drills and tests: RETRYSAFE_CRASH_AT
+        # drills and tests: RETRYSAFE_CRASH_AT (a read-only run writes nothing: no point)
+        self._crash_point = never if attempt is None else injector()
         #: the furthest progress mark this run knows its outcome has reached
         self._mark = outcome.state if outcome is not None else ""
         if attempt is not None:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from . import envvars
 
-__all__ = ["RUN_POINTS", "STEP_POINTS", "check_targets", "crash_point", "injector"]
+__all__ = ["RUN_POINTS", "STEP_POINTS", "check_targets", "crash_point", "injector", "never"]
 
 STEP_POINTS = ("before-intent", "after-intent", "after-execute", "after-record")
 RUN_POINTS = ("after-begin", "before-closeout")
@@ -60,7 +60,7 @@ def crash_point(step: str, point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _never(step: str, point: str) -> None:
+def never(step: str, point: str) -> None:
     """No crash points are armed."""
 
 
@@ -70,4 +70,4 @@ def injector() -> Callable[[str, str], None]:
     A run takes this once when it starts, so the hot path of every step does
     not consult the environment.
     """
-    return crash_point if envvars.CRASH_AT in os.environ else _never
+    return crash_point if envvars.CRASH_AT in os.environ else never

@@ -568,9 +568,12 @@ def _identity(config: str, ledger: str) -> tuple[object, ...]:
 def _cached_engine(home: str | os.PathLike[str] | None, config: str | os.PathLike[str] | None,
                    ledger: str | None) -> Engine:
     get = os.environ.get
+    # (an argument given wins over its variable, which is then not read: location.py)
     key = (os.getpid(), None if home is None else os.fspath(home),
            None if config is None else os.fspath(config), ledger,
-           get(envvars.HOME), get(envvars.CONFIG), get(envvars.LEDGER))
+           None if home else get(envvars.HOME),
+           None if config else get(envvars.CONFIG),
+           None if ledger else get(envvars.LEDGER))
     kept = _ENGINES.get(key)  # (one dictionary read: atomic; the lock guards the changes)
     if kept is not None:
         if kept.engine._ledger is not None and _identity(kept.config, kept.ledger) == kept.seen:
