@@ -112,3 +112,25 @@ def test_a_nul_in_the_address_is_refused_on_either_ledger(any_home: Home) -> Non
     finally:
         stop_server(server)
     assert "Traceback" not in (server.proc.stderr.read() if server.proc.stderr else "")
+
+
+def test_a_cursor_no_page_can_have_opens_the_first_page(any_home: Home) -> None:
+    """A page cursor is ``TIME:ID`` (schema 12). One naming an id no database integer
+    holds, a time that is not a number, or a key (a link saved from an older version)
+    opens the first page: 200, on SQLite and PostgreSQL, and the server keeps serving."""
+    make_site(any_home)
+    server = start_server(any_home)
+    try:
+        client = server.client()
+        first = client.get("/outcomes").text
+        for after in ("1:99999999999999999999999", "1:-99999999999999999999999", "nan:1",
+                      "inf:1", "1796400000.5:report:2026-W32", "x:y", "1e999:1"):
+            for page in ("/outcomes", "/"):
+                got = client.get(page, params={"after": after})
+                assert got.status_code == 200, (page, after, got.text[:300])
+            # the same outcomes as the first page (only its link back to the newest differs)
+            shown = client.get("/outcomes", params={"after": after}).text
+            assert shown.split('<nav class="pages">')[0] == first.split('<nav class="pages">')[0]
+    finally:
+        stop_server(server)
+    assert "Traceback" not in (server.proc.stderr.read() if server.proc.stderr else "")

@@ -10,6 +10,7 @@ started with ``--allow-actions`` and the form's CSRF token.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -91,9 +92,12 @@ def _cursor(text: str | None) -> Cursor | None:
         return None
     at, sep, oid = text.partition(":")
     try:
-        return Cursor(float(at), int(oid)) if sep else None
+        cursor = Cursor(float(at), int(oid)) if sep else None
     except ValueError:  # (a link of an older version, which named a key: the first page)
         return None
+    if cursor is None or not (math.isfinite(cursor.updated_at) and -2**63 <= cursor.id < 2**63):
+        return None  # no outcome is there: the first page
+    return cursor
 
 
 class _Dashboard:
