@@ -193,3 +193,23 @@ def test_an_execute_that_returns_none_gives_the_same_evidence_on_every_run(home:
             results.append(run.effect("send", "local_write", execute=sent.append))
     assert results == ["", ""]
     assert len(sent) == 1
+
+
+def test_a_step_that_failed_in_a_block_that_ended_normally_is_named_once(home: Path) -> None:
+    """The block catches a step's failure and ends normally: the outcome is failed and
+    its reason names the step's failure once ("step post failed: 403"), not again as a
+    step that is not done ("; step post is failed (403)")."""
+    def refuse(_key: str) -> str:
+        raise EffectFailed("403")
+
+    with retrysafe.start("report", {"week": "w1"}, home=home) as run:
+        with pytest.raises(StepFailed):
+            run.effect("post", "publish", execute=refuse)
+    state, _ = _states(home, "report:w1")
+    ledger = retrysafe.open_ledger(f"sqlite:///{home / 'ledger.sqlite3'}")
+    try:
+        out = ledger.outcome("report:w1")
+    finally:
+        ledger.close()
+    assert state == "failed" and out is not None
+    assert out.reason == "step post failed: 403"

@@ -63,14 +63,18 @@ class ClosingRun(Protocol):
     def _log(self, skey: str, action: str, result: str, **extra: Any) -> None: ...
 
 
+def _not_done(step: StepRecord) -> str:
+    """How close-out names a step that is not done."""
+    return f"step {step.name} is {step.state}" + (f" ({step.reason})" if step.reason else "")
+
+
 def _step_problems(steps: list[StepRecord]) -> tuple[list[str], list[str]]:
     """Steps that are not done, and accepted artifacts that are missing or changed."""
     open_steps: list[str] = []
     artifacts: list[str] = []
     for step in steps:
         if step.state != _S.DONE:
-            open_steps.append(f"step {step.name} is {step.state}"
-                              + (f" ({step.reason})" if step.reason else ""))
+            open_steps.append(_not_done(step))
         elif step.kind == "generate" and step.artifact:
             path = Path(step.artifact)
             if not path.is_file():
@@ -146,6 +150,9 @@ def _verdict(steps: list[StepRecord], success: bool, reason: str,
         unknown = next(s for s in steps if s.state in (_S.UNKNOWN, _S.RUNNING))
         return _O.UNKNOWN, f"step {unknown.name} may or may not have happened: {unknown.reason}", ""
     failed = [f"step {s.name} failed: {s.reason}" for s in steps if s.state == _S.FAILED]
+    # (a failed step is named once, not again as a step that is not done)
+    said = {_not_done(s) for s in steps if s.state == _S.FAILED}
+    problems = [p for p in problems if p not in said]
     return _O.FAILED, "; ".join(failed + problems) or reason or "the command failed", ""
 
 
