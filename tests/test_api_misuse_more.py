@@ -202,9 +202,8 @@ def test_a_step_that_failed_in_a_block_that_ended_normally_is_named_once(home: P
     def refuse(_key: str) -> str:
         raise EffectFailed("403")
 
-    with retrysafe.start("report", {"week": "w1"}, home=home) as run:
-        with pytest.raises(StepFailed):
-            run.effect("post", "publish", execute=refuse)
+    with retrysafe.start("report", {"week": "w1"}, home=home) as run, pytest.raises(StepFailed):
+        run.effect("post", "publish", execute=refuse)
     state, _ = _states(home, "report:w1")
     ledger = retrysafe.open_ledger(f"sqlite:///{home / 'ledger.sqlite3'}")
     try:

@@ -190,6 +190,10 @@ def _without_click(argv: list[str]) -> None:
 
         _started()
         where = found[0]
+        if where["home"] or where["config"] or where["ledger"]:
+            from .location import name_given
+
+            name_given(where["home"], where["config"], where["ledger"])
         # exits, unless the job catches up earlier occurrences: the CLI does that
         run_plain(*plain, home=where["home"], config=where["config"], ledger=where["ledger"])
 

@@ -214,20 +214,36 @@ class AttemptNotActive(StaleAttempt):
 # --- outcomes and steps -----------------------------------------------------------
 
 
-def command_line(verb: str, *args: str, options: str = "") -> str:
+_GIVEN: tuple[str, ...] = ()
+"""The ``--home``/``--config``/``--ledger`` this process was given on its command line
+(:func:`name_the_home`), which every command it prints names again."""
+
+
+def name_the_home(options: tuple[str, ...]) -> None:
+    """Make every printed command (:func:`command_line`) start with ``options``: the
+    home, config and ledger this command was given as options, so a printed line pasted
+    in another shell or folder acts on the same home. (Environment variables are not
+    repeated: the shell that pastes the line has them.)"""
+    global _GIVEN
+    _GIVEN = options
+
+
+def command_line(verb: str, *args: str, options: str = "", kept: bool = False) -> str:
     """``retrysafe VERB [OPTIONS] ARGS``, each argument quoted for the shell, so a
     printed command pastes as it is; an argument that starts with ``-`` comes
-    after ``--``, so it is never read as an option."""
+    after ``--``, so it is never read as an option. ``kept``: the line is kept in the
+    ledger (part of a reason), which homes in other folders read: it names no home."""
     from shlex import quote
 
     words = " ".join(quote(a) for a in args)
+    verb = " ".join([*(quote(o) for o in ([] if kept else _GIVEN)), verb])
     if any(a.startswith("-") for a in args):
         return f"retrysafe {verb} {options + ' ' if options else ''}-- {words}"
     return f"retrysafe {verb} {words}{' ' + options if options else ''}"
 
 
 def unblock_command(cause: BlockCause | str, key: str, step: str | None = None, *,
-                    evidence: str | None = None) -> str:
+                    evidence: str | None = None, kept: bool = False) -> str:
     """The command a human runs to move what ``cause`` blocked, quoted for the shell.
 
     ``step`` names the step (its full step key for per-item work); without
@@ -237,20 +253,20 @@ def unblock_command(cause: BlockCause | str, key: str, step: str | None = None, 
     from shlex import quote
 
     if step is None or cause == BlockCause.EXHAUSTED:
-        return command_line("retry", key)
+        return command_line("retry", key, kept=kept)
     if cause == BlockCause.APPROVAL:
-        return command_line("approve", key, step)
+        return command_line("approve", key, step, kept=kept)
     if evidence is not None:
-        return command_line("resolve", key, step, options=f"--found {quote(evidence)}")
+        return command_line("resolve", key, step, options=f"--found {quote(evidence)}", kept=kept)
     if cause in (BlockCause.NOT_RETRIED, BlockCause.ARTIFACT):
-        return command_line("resolve", key, step, options="--absent")
+        return command_line("resolve", key, step, options="--absent", kept=kept)
     # the placeholder <EVIDENCE> cannot run: pasted as printed, the shell refuses the
     # line (a redirection, then '>' before '|') before it starts anything, so no step
     # is ever recorded found with the word EVIDENCE as what was found
-    found = command_line("resolve", key, step, options="--found <EVIDENCE>")
+    found = command_line("resolve", key, step, options="--found <EVIDENCE>", kept=kept)
     if found.endswith("--found <EVIDENCE>"):
         return found + " | --absent"
-    return f"{found} | {command_line('resolve', key, step, options='--absent')}"
+    return f"{found} | {command_line('resolve', key, step, options='--absent', kept=kept)}"
 
 
 class OutcomeBlocked(RetrysafeError):

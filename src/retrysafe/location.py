@@ -17,8 +17,8 @@ from typing import Any
 from . import envvars
 from .errors import ConfigError
 
-__all__ = ["CONFIG_NAME", "SYNC_MODES", "anchored", "config_file", "ledger_settings", "read_toml",
-           "resolve_home"]
+__all__ = ["CONFIG_NAME", "SYNC_MODES", "anchored", "config_file", "ledger_settings", "name_given",
+           "read_toml", "resolve_home"]
 
 CONFIG_NAME = "retrysafe.toml"
 SYNC_MODES = ("full", "normal", "extra")
@@ -47,6 +47,28 @@ def named_ledger(flag: str | None = None) -> str | None:
     (a relative SQLite path taken from the current folder)."""
     url = flag or os.environ.get(envvars.LEDGER) or None
     return anchored(url, Path.cwd()) if url else None
+
+
+def name_given(home: str | None, config: str | None, ledger: str | None) -> None:
+    """Have every command this process prints (``errors.command_line``) name the home,
+    config and ledger it was given as options, absolute, so a printed line pasted in
+    another shell or folder acts on the same home. Only options: a variable is not
+    repeated, the shell the line is pasted in has it. A ledger URL holding a password
+    is left out (printed, it would leak)."""
+    from .errors import name_the_home
+
+    options: list[str] = []
+    if home:
+        options += ["--home", str(Path(home).expanduser().absolute())]
+    if config:
+        options += ["--config", str(Path(config).expanduser().absolute())]
+    if ledger:
+        from .ledger.conninfo import mask
+
+        url = anchored(ledger, Path.cwd())
+        if mask(url) == url:
+            options += ["--ledger", url]
+    name_the_home(tuple(options))
 
 
 def anchored(url: str, base: Path) -> str:

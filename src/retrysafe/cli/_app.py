@@ -93,6 +93,22 @@ def cli(ctx: click.Context, home: str | None, config: str | None, ledger: str | 
     """
     ctx.obj = State(home, config, ledger)
     ctx.call_on_close(ctx.obj.close)
+    _name_the_home(ctx, home, config, ledger)
+
+
+def _name_the_home(ctx: click.Context, home: str | None, config: str | None,
+                   ledger: str | None) -> None:
+    """The home, config and ledger given as options (not from the environment) named
+    in every printed command (:func:`retrysafe.location.name_given`)."""
+    from click.core import ParameterSource
+
+    def given(name: str, value: str | None) -> str | None:
+        return value if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE else None
+
+    if given("home", home) or given("config", config) or given("ledger", ledger):
+        from ..location import name_given
+
+        name_given(given("home", home), given("config", config), given("ledger", ledger))
 
 
 def main(argv: list[str] | None = None) -> None:

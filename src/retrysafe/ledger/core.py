@@ -377,8 +377,8 @@ class LedgerCore:
         """Block the outcome: its attempt budget is spent; a human grants more."""
         # each command as it pastes (quoted once, by command_line), ended by ';' or the line
         reason = (f"attempts exhausted ({used} of {max_attempts}); see what failed: "
-                  f"{command_line('status', out.key)}; then grant a fresh attempt budget: "
-                  f"{unblock_command(BlockCause.EXHAUSTED, out.key)}")
+                  f"{command_line('status', out.key, kept=True)}; then grant a fresh attempt "
+                  f"budget: {unblock_command(BlockCause.EXHAUSTED, out.key, kept=True)}")
         self._set_outcome(tx, out, _O.BLOCKED, reason, cause=BlockCause.EXHAUSTED)
         got = self._lock_outcome(tx, out.key)
         assert got is not None
