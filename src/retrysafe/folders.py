@@ -35,15 +35,23 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .errors import HomeNotWritable
-from .fsio import JsonlAppender, atomic_write_json, json_members, json_string, private_dirs
+from .fsio import (
+    JsonlAppender,
+    atomic_write_json,
+    fsync_dir,
+    json_members,
+    json_string,
+    private_dirs,
+)
 from .keys import check_name, slug
 
-__all__ = ["JOURNAL", "AttemptFolder", "close_journals", "journal_dir", "outcome_dir"]
+__all__ = ["JOURNAL", "AttemptFolder", "append_journal", "close_journals", "journal_day",
+           "journal_dir", "outcome_dir"]
 
 JOURNAL = ".journal"
 """The folder of a job's journal, beside its outcomes' folders."""
@@ -61,6 +69,38 @@ def journal_dir(home: Path, job: str) -> Path:
     return (home / "runs").absolute() / check_name("job", job) / JOURNAL
 
 
+def journal_day() -> str:
+    """The name (less ``.jsonl``) of the journal file lines go to now: the UTC day."""
+    return time.strftime("%Y-%m-%d", time.gmtime())
+
+
+def append_journal(home: Path, job: str,
+                   lines: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+    """Append lines (each naming its outcome) to the job's journal files, by file name
+    less ``.jsonl`` (a UTC day), each file synced once, then the folder: for lines that
+    must outlast a power cut on their own (a prune's, housekeeping.py), where an
+    attempt's lines rely on the ledger's commits."""
+    folder = journal_dir(home, job)
+    private_dirs(folder.parent.parent.parent, ("runs", folder.parent.name, JOURNAL))
+    for day, some in sorted(lines.items()):
+        path = folder / f"{day}.jsonl"
+        with JsonlAppender(path) as log:
+            size = os.fstat(log.open().fileno()).st_size
+            if size and _last_byte(path, size) != b"\n":
+                log.open().write(b"\n")  # a torn last line (a power cut) stays apart
+            for i, line in enumerate(some):
+                log.append_members(json_members(line), sync=i == len(some) - 1)
+    fsync_dir(folder)
+
+
+def _last_byte(path: Path, size: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        return os.pread(fd, 1, size - 1)
+    finally:
+        os.close(fd)
+
+
 # One journal file per job and UTC day, kept open by the process that appends to it
 # (a worker handling many outcomes opens it once a day); never shared across fork.
 _JOURNALS: dict[tuple[int, Path, str], tuple[str, JsonlAppender]] = {}
@@ -68,7 +108,7 @@ _JOURNALS_KEPT = 16
 
 
 def _journal(home: Path, job: str) -> JsonlAppender:
-    day = time.strftime("%Y-%m-%d", time.gmtime())
+    day = journal_day()
     key = (os.getpid(), home, job)
     kept = _JOURNALS.get(key)
     if kept is not None and kept[0] == day and _still_linked(kept[1]):

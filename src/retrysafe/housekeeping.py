@@ -21,6 +21,19 @@ The marker is written before the commit and says nothing of it: only the ledger
 tells the two cases apart. Without it (``retrysafe recover`` of a lost ledger) a
 set-aside folder may be an outcome pruned on purpose, so it is reported
 (:func:`set_aside`), never read as an outcome.
+
+An outcome's attempts without a folder (folders.py) leave lines in its job's journal,
+and a journal file goes only once none of its outcomes is left: today's, yesterday's
+and one that names a kept outcome keep a pruned outcome's lines. So before a batch
+commits, a ``pruned`` line (:func:`pruned_line`) is appended for each of its outcomes
+that the journal names, to the last file that names it (read after its lines, and gone
+with them when that file goes), each file synced once per batch. ``recover`` forgets a
+key's lines before that line: a pruned key is not rebuilt, and a key run again after
+its prune is rebuilt from its newer lines alone. A file that holds such a line stays
+while an older file that stays holds lines of its key. A prune killed before its commit
+has written them too: its outcomes, still in the ledger, go with the next prune, and a
+recover of a lost ledger before that forgets them as well, as they were being pruned
+(one whose folder a person moves back out of ``pruning/`` keeps its lines).
 """
 
 from __future__ import annotations
@@ -44,8 +57,18 @@ if TYPE_CHECKING:
     from .ledger.listing import Cursor
     from .ledger.retention import OnBatch, Pruning, Waiting
 
-__all__ = ["Attention", "Pruned", "SetAside", "attention_page", "iso", "needs_attention",
-           "prune", "set_aside"]
+__all__ = ["PRUNED", "Attention", "Pruned", "SetAside", "attention_page", "iso",
+           "needs_attention", "prune", "pruned_line", "set_aside"]
+
+PRUNED = "pruned"
+"""The action of the journal line a prune writes for each outcome it removes whose
+lines the job's journal holds (see the module's docstring)."""
+
+
+def pruned_line(rec: dict[str, Any]) -> bool:
+    """Whether a journal line (folders.py) is one a prune wrote: its outcome
+    (``outcome_key``) was pruned, and every earlier line of the key is of that outcome."""
+    return rec.get("action") == PRUNED and "attempt_id" not in rec
 
 
 def iso(ts: float | None) -> str | None:
@@ -387,6 +410,8 @@ class _SetAside:
         self._batch: list[_Marker] = []
         self._in_place: list[tuple[str, str]] = []
         """folders that could not be set aside: removed where they are, after the commit"""
+        self._journals: dict[str, _JournalIndex] = {}
+        """which outcomes each job's journal names, read on as the prune goes"""
 
     # --- the hooks of each batch ------------------------------------------------------
 
@@ -397,6 +422,7 @@ class _SetAside:
         for job, items in sorted(by_job.items()):
             self.jobs.add(job)
             self._set_aside(job, items)
+            self._journal_pruned(job, items)
         from .crash import crash_point
 
         crash_point("prune", "before-commit")
@@ -454,6 +480,35 @@ class _SetAside:
         except (OSError, InvalidInput):
             pass  # what could not be set aside goes as before: after the commit, in place
         self._in_place += [(p.job, p.key) for p, _ in moving[moved:]]
+
+    def _journal_pruned(self, job: str, items: list[Pruning]) -> None:
+        """A ``pruned`` line for each of ``items`` that the job's journal names, appended
+        to the last file that does (so it is read after them, and goes with them when that
+        file goes), synced (see the module's docstring). One that cannot be written stops
+        the prune (the batch rolls back): without it, ``recover`` would bring the outcome
+        back as it was."""
+        from .errors import HomeNotWritable
+        from .folders import append_journal, journal_dir
+
+        index = self._journals.get(job)
+        if index is None:
+            index = self._journals[job] = _JournalIndex(journal_dir(self.engine.home, job))
+        index.read_on()
+        now = time.time()
+        lines: dict[str, list[dict[str, Any]]] = {}
+        for p in items:
+            if p.key in index.latest:
+                lines.setdefault(index.latest[p.key], []).append(
+                    {"outcome_key": p.key, "job": job, "time": now, "action": PRUNED,
+                     "created_at": p.created_at})
+        if not lines:
+            return
+        try:
+            append_journal(self.engine.home, job, lines)
+        except OSError as exc:
+            raise HomeNotWritable(
+                f"cannot write the journal {index.folder}: {exc.strerror or exc} (the "
+                f"outcomes of job {job} in this batch were not pruned)") from None
 
     # --- finishing a prune killed part-way ------------------------------------------
 
@@ -555,6 +610,44 @@ class _SetAside:
             _tidy(area, made_journal)
 
 
+class _JournalIndex:
+    """Which outcomes a job's journal files (folders.py) name, each with the last file
+    (by name, the order ``recover`` reads them in) that does: read whole once, then only
+    what was appended since. A file behind a link is never read, as ``recover`` never
+    reads one."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.latest: dict[str, str] = {}
+        """outcome key -> the name (less ``.jsonl``) of the last file naming it"""
+        self._read: dict[str, int] = {}
+        """file name -> how many of its bytes (whole lines) were read"""
+
+    def read_on(self) -> None:
+        folder = self.folder
+        if folder.is_symlink() or folder.parent.is_symlink() or not folder.is_dir():
+            return
+        for path in sorted(folder.glob("*.jsonl")):
+            if path.is_symlink():
+                continue
+            start = self._read.get(path.name, 0)
+            try:
+                with path.open("rb") as fh:
+                    if os.fstat(fh.fileno()).st_size < start:
+                        start = 0  # (not the file read before)
+                    fh.seek(start)
+                    data = fh.read()
+            except OSError:
+                continue
+            end = data.rfind(b"\n") + 1  # a line being written is read whole next time
+            for line in data[:end].splitlines():
+                with contextlib.suppress(ValueError, AttributeError):
+                    key = json.loads(line).get("outcome_key")
+                    if isinstance(key, str) and key:
+                        self.latest[key] = max(self.latest.get(key, ""), path.stem)
+            self._read[path.name] = start + end
+
+
 def _tidy(area: Path, made_journal: bool) -> None:
     """Remove the area once empty, the journal folder if made for it, and the job's
     folder once its last outcome is gone."""
@@ -589,7 +682,9 @@ def _put_back(src: Path, dest: Path) -> bool:
 
 def _remove_journals(engine: Engine, job: str) -> int:
     """Remove the job's journal files (folders.py) whose every outcome has left the
-    ledger: a file that names one kept outcome stays whole. Returns how many went."""
+    ledger: a file that names one kept outcome stays whole, and so does one with the
+    ``pruned`` line of a key that an older file that stays holds lines of (without it
+    they would be read as the key's). Returns how many went."""
     from .folders import journal_dir
 
     folder = journal_dir(engine.home, job)
@@ -599,18 +694,33 @@ def _remove_journals(engine: Engine, job: str) -> int:
     ledger = engine.ledger
     # today's and yesterday's files (UTC) stay: a running worker may still append to them
     recent = datetime.fromtimestamp(time.time() - 86400, UTC).strftime("%Y-%m-%d")
+    held: set[str] = set()
+    """keys with lines in a file that stays, and no ``pruned`` line after them"""
+    unread = False
+    """a file that stays could not be read: any of its keys may be held"""
     for path in sorted(folder.glob("*.jsonl")):
-        if path.is_symlink() or path.stem >= recent:
+        if path.stem >= recent:
+            break  # (every later name is as recent)
+        if path.is_symlink():
             continue
-        keys: set[str] = set()
+        lines: list[tuple[str, bool]] = []
         try:
             with path.open("rb") as fh:
                 for line in fh:
                     with contextlib.suppress(ValueError, AttributeError):
-                        keys.add(json.loads(line).get("outcome_key"))
+                        rec = json.loads(line)
+                        if isinstance(rec.get("outcome_key"), str):
+                            lines.append((rec["outcome_key"], pruned_line(rec)))
         except OSError:
+            unread = True
             continue
-        if any(ledger.outcome(k) is not None for k in sorted(k for k in keys if isinstance(k, str))):
+        needed = any(pruned and (unread or k in held) for k, pruned in lines)
+        if needed or any(ledger.outcome(k) is not None for k in sorted({k for k, _ in lines})):
+            for k, pruned in lines:
+                if pruned:
+                    held.discard(k)
+                else:
+                    held.add(k)
             continue
         with contextlib.suppress(OSError):
             path.unlink()

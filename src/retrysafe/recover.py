@@ -18,6 +18,10 @@ next run checks before it acts (a lookup, or a human when there is none), as
 after any crash. Attempt numbers and fencing tokens continue above the
 highest the folders show, so no attempt folder is ever written twice.
 
+A key whose journal holds a prune's ``pruned`` line (housekeeping.py) is read
+from its later lines alone: the earlier ones are of the outcome that was pruned,
+and a run of a pruned key starts afresh; with none later, it is not rebuilt.
+
 A folder a killed prune set aside (``runs/<job>/.journal/pruning/``,
 housekeeping.py) is never read as an outcome, nor are the journal lines of an
 outcome its marker names: the marker cannot say whether the prune committed
@@ -39,7 +43,7 @@ from typing import Any
 from .errors import InvalidInput
 from .folders import JOURNAL
 from .fsio import sha256_file
-from .housekeeping import SetAside, set_aside
+from .housekeeping import SetAside, pruned_line, set_aside
 from .keys import step_key, unslug
 from .ledger import Ledger
 from .ledger.backend import Tx
@@ -143,9 +147,15 @@ def _step_part(key: str, skey: str) -> tuple[str, str] | None:
     return None
 
 
-def _journals(job_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    """A job's journal lines (folders.py), by outcome key, oldest day first."""
+def _journals(job_dir: Path, moved_back: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """A job's journal lines (folders.py), by outcome key, oldest day first. A prune's
+    ``pruned`` line (housekeeping.py) forgets the key's lines before it, and the later
+    lines of their attempts (a close-out written just after its commit): they are of
+    the outcome it pruned, which a run of the key must not find. Unless the key is one
+    of ``moved_back``, whose folder a person moved back from where a killed prune set it
+    aside: the prune never committed, and its lines are the outcome's."""
     by_key: dict[str, list[dict[str, Any]]] = {}
+    pruned: dict[str, set[str]] = {}  # key -> the attempts of the outcomes pruned
     journal = job_dir / JOURNAL
     if not journal.is_dir() or journal.is_symlink():
         return by_key
@@ -154,7 +164,14 @@ def _journals(job_dir: Path) -> dict[str, list[dict[str, Any]]]:
             continue
         for rec in _log_lines(path):
             key = rec.get("outcome_key")
-            if isinstance(key, str) and key:
+            if not isinstance(key, str) or not key:
+                continue
+            if pruned_line(rec):
+                if key in moved_back:
+                    continue
+                pruned.setdefault(key, set()).update(
+                    a for r in by_key.pop(key, ()) if isinstance(a := r.get("attempt_id"), str))
+            elif rec.get("attempt_id") not in pruned.get(key, ()):
                 by_key.setdefault(key, []).append(rec)
     return by_key
 
@@ -319,11 +336,14 @@ def read_home(home: Path) -> Recovered:
     if not runs.is_dir():
         return Recovered(outcomes, skipped)
     aside, pruning = set_aside(home)
+    # outcomes a killed prune's marker names whose folder is no longer set aside: moved
+    # back by a person (or removed by the next prune, which then removes the marker)
+    moved_back = pruning - {(a.job, a.key) for a in aside}
     for job_dir in sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()):
         if not _is_text(job_dir.name):
             skipped.append(f"{job_dir}: its name is not UTF-8 text")
             continue
-        journals = _journals(job_dir)
+        journals = _journals(job_dir, {k for j, k in moved_back if j == job_dir.name})
         for folder in sorted(p for p in job_dir.iterdir()
                              if p.is_dir() and not p.is_symlink() and p.name != JOURNAL):
             if not _is_text(folder.name):
