@@ -212,3 +212,30 @@ def test_a_step_that_failed_in_a_block_that_ended_normally_is_named_once(home: P
         ledger.close()
     assert state == "failed" and out is not None
     assert out.reason == "step post failed: 403"
+
+
+def test_threads_starting_at_once_on_a_fresh_home_share_one_engine(tmp_path: Path) -> None:
+    """Four threads call ``start()`` at once on a home whose ledger does not exist yet:
+    each opened an engine, all creating the ledger together, and one could find it
+    locked (``LedgerUnavailable``), the others' engines left open. One engine is opened,
+    the others wait for it; every outcome is done. (A race: tried 20 times.)"""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from retrysafe.engine import _ENGINES, close_all
+
+    for trial in range(20):
+        home = tmp_path / f"h{trial}"
+        home.mkdir()
+        (home / "retrysafe.toml").write_text(CONFIG)
+
+        def one(week: str, home: Path = home) -> str:
+            with retrysafe.start("report", {"week": week}, home=home) as run:
+                return run.effect("send", "local_write", execute=lambda k: "ok")
+
+        try:
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                assert list(pool.map(one, [f"w{n}" for n in range(8)])) == ["ok"] * 8
+            engines = {id(kept.engine) for k, kept in _ENGINES.items() if k[1] == str(home)}
+            assert len(engines) == 1
+        finally:
+            close_all()

@@ -533,6 +533,18 @@ class _Kept(NamedTuple):
 
 _ENGINES: dict[tuple[object, ...], _Kept] = {}
 _ENGINES_LOCK = threading.Lock()
+_OPENING = threading.Lock()
+"""held while an engine for :func:`start` is opened (:func:`_cached_engine`)"""
+
+
+def _fresh_locks() -> None:
+    """In a forked child: locks another thread of the parent may have held at the fork
+    would never be released there."""
+    global _ENGINES_LOCK, _OPENING
+    _ENGINES_LOCK, _OPENING = threading.Lock(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks)
 _ENGINES_KEPT = 8
 
 
@@ -582,16 +594,23 @@ def _cached_engine(home: str | os.PathLike[str] | None, config: str | os.PathLik
             if _ENGINES.get(key) is kept:
                 del _ENGINES[key]
         kept.engine.close()
-    engine = Engine.open(home, config, ledger)
-    engine.ledger  # noqa: B018 - opened now, so its identity is known
-    paths = _paths(engine)
-    with _ENGINES_LOCK:
-        if not _ENGINES:
-            import atexit
+    # one engine opened at a time: threads starting at once on a fresh home would each
+    # open one, all creating its ledger together (the first may find it locked), and
+    # all but one would be left open; the others wait and take the one opened
+    with _OPENING:
+        kept = _ENGINES.get(key)
+        if kept is not None and kept.engine._ledger is not None:
+            return kept.engine
+        engine = Engine.open(home, config, ledger)
+        engine.ledger  # noqa: B018 - opened now, so its identity is known
+        paths = _paths(engine)
+        with _ENGINES_LOCK:
+            if not _ENGINES:
+                import atexit
 
-            atexit.register(close_all)
-        _ENGINES[key] = _Kept(engine, *paths, _identity(*paths))
-        evicted = [_ENGINES.pop(k).engine for k in list(_ENGINES)[:-_ENGINES_KEPT]]
+                atexit.register(close_all)
+            _ENGINES[key] = _Kept(engine, *paths, _identity(*paths))
+            evicted = [_ENGINES.pop(k).engine for k in list(_ENGINES)[:-_ENGINES_KEPT]]
     for old in evicted:  # the first opened: a process rarely has more homes
         with contextlib.suppress(Exception):
             old.close()
