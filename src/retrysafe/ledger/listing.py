@@ -27,10 +27,10 @@ class Cursor(NamedTuple):
     updated_at: float
     id: int
 
-
-def _cursor(row: dict[str, Any]) -> Cursor:
-    """The cursor after ``row``, an outcome row."""
-    return Cursor(float(row["updated_at"]), int(row["id"]))
+    @classmethod
+    def after(cls, row: dict[str, Any]) -> Cursor:
+        """The cursor of the page after ``row``, an outcome row."""
+        return cls(float(row["updated_at"]), int(row["id"]))
 
 
 class OutcomePage(NamedTuple):
@@ -172,7 +172,7 @@ class Listing:
                            " LIMIT ?", (*params, limit + 1))
         found = [outcome_from_row(r) for r in rows[:limit]]
         more = len(rows) > limit and found
-        return OutcomePage(found, _cursor(rows[limit - 1]) if more else None)
+        return OutcomePage(found, Cursor.after(rows[limit - 1]) if more else None)
 
     def jobs(self) -> list[str]:
         """Every job with outcomes in the ledger (served by the job index)."""

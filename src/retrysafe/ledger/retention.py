@@ -153,8 +153,7 @@ class Retention:
                     steps[s["outcome_key"]].append(step_from_row(s))
         more = len(merged) > limit and found
         return AttentionPage([Waiting(o, steps[o.key]) for o in found],
-                             Cursor(float(merged[limit - 1]["updated_at"]),
-                                    int(merged[limit - 1]["id"])) if more else None)
+                             Cursor.after(merged[limit - 1]) if more else None)
 
     def attention_counts(self, *, drills: bool = False) -> dict[str, int]:
         """How many outcomes wait for a human, by state (``blocked``, ``unknown``):
