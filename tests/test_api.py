@@ -318,6 +318,45 @@ def test_a_process_that_dropped_its_attempt_mid_step_takes_it_over_itself(home: 
         assert step is not None and step.state == "unknown"
 
 
+def test_an_attempt_dropped_inside_an_error_cycle_is_taken_over_without_a_collection(
+        home: Path) -> None:
+    """A worker that met an error, kept it, and moved on: the error's traceback holds the
+    frame that held the Run, the frame holds the error. Nothing reaches the Run, but it
+    lives until the cycle collector runs, which in a long-lived worker may be never
+    (objects in its oldest generation wait for a full collection). Claiming the outcome
+    again must take the attempt over now, not stay busy for as long as that garbage
+    lives; a Run still reachable stays busy."""
+    import gc
+
+    def work_and_fail(engine: retrysafe.Engine, kept: list[BaseException]) -> None:
+        begun = engine.begin("report", {"week": "2026-W42"})
+        assert begun.status == "started" and begun.run is not None
+        try:
+            begun.run.effect("send", "message", execute=lambda key: "msg-1")
+            raise ConnectionError("the ledger went away before close")
+        except ConnectionError as exc:
+            error = exc  # frame -> error -> traceback -> frame: a cycle holding `begun`
+        kept.append(type(error)("kept only the kind of error"))
+
+    with retrysafe.Engine.open(home) as engine:
+        gc.collect()
+        gc.disable()  # as if the collector did not get to the cycle
+        try:
+            kept: list[BaseException] = []
+            work_and_fail(engine, kept)
+            again = engine.begin("report", {"week": "2026-W42"})
+            assert again.status == "started", again.reason
+            assert again.claim.superseded is not None
+            assert again.run is not None and again.run.number == 2
+            # the step was done: the second attempt does not send again
+            assert again.run.effect("send", "message", execute=lambda key: "msg-2") == "msg-1"
+            # a Run this process still holds keeps its outcome busy, collection or not
+            assert engine.begin("report", {"week": "2026-W42"}).status == "busy"
+            again.run.close(success=True)
+        finally:
+            gc.enable()
+
+
 def test_intend_refuses_an_absent_that_is_not_text_and_records_nothing(home: Path) -> None:
     """``intend(absent=...)`` with bytes that are not UTF-8 (a surrogate-escaped file name):
     one InvalidInput, as the ledger gives for such a value, and nothing recorded; it was a

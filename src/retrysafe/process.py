@@ -14,6 +14,7 @@ time, which moves when the clock is stepped, so it is not used there.
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import sys
 import weakref
@@ -22,7 +23,8 @@ from typing import Any
 
 from .ledger.records import AttemptRecord, Holder
 
-__all__ = ["attempt_liveness", "carriers", "group_alive", "hold", "holder_gone", "release", "this_holder"]
+__all__ = ["attempt_liveness", "carriers", "group_alive", "held", "hold", "holder_gone", "release",
+           "this_holder"]
 
 #: read ``/proc`` (Linux); otherwise ask psutil
 PROCFS = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
@@ -40,6 +42,22 @@ def hold(attempt_id: str, run: object) -> None:
 def release(attempt_id: str) -> None:
     """This process is done with ``attempt_id``."""
     _HELD.pop(attempt_id, None)
+
+
+def held(attempt_id: str) -> bool:
+    """Does a live Run of this process still work on ``attempt_id``?
+
+    A Run dropped without closing often still sits in a reference cycle (an
+    error's traceback keeps the frame that held it, and the frame keeps the
+    error): unreachable, yet alive until the cycle collector gets to it, which
+    for objects in its oldest generation can take indefinitely long in a busy
+    worker. Before a Run counts as held, one collection sets such garbage free
+    (this costs only a claim that meets its own process's attempt).
+    """
+    if attempt_id not in _HELD:
+        return False
+    gc.collect()
+    return attempt_id in _HELD
 
 
 @functools.cache
@@ -273,7 +291,7 @@ def attempt_liveness(attempt: AttemptRecord, runners: list[Holder]) -> tuple[boo
         return None, ""
     # this very process, no longer working on it (it is claiming again): neither it as
     # the holder nor as the runner of a step it left running counts as alive
-    abandoned = holder.pid == os.getpid() and attempt.id not in _HELD
+    abandoned = holder.pid == os.getpid() and not held(attempt.id)
     alive = [h.pid for h in (holder, *runners) if h.pid is not None and h.host == holder.host
              and not (abandoned and h.pid == os.getpid()) and not holder_gone(h)]
     if not alive:  # the holder is gone: does something it started live on (orphans)?

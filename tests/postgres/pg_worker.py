@@ -10,15 +10,18 @@ Busy or superseded outcomes are skipped and retried on the next pass. When the
 ledger is unavailable the worker either waits and retries, or (with
 ``--exit-on-unavailable``) prints one line and exits 75. Any other error is a
 bug: it escapes with a traceback (exit 1). The last line of stdout is a JSON
-summary.
+summary. SIGUSR1 writes every thread's stack to stderr (a test that finds the
+worker stuck says where).
 """
 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import os
 import random
+import signal
 import sys
 import time
 from typing import Any
@@ -69,6 +72,7 @@ class Effects:
 
 
 def main(argv: list[str]) -> int:
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     home, ledger_url, effects_url, count, seed = argv[:5]
     exit_on_unavailable = "--exit-on-unavailable" in argv
     keys = list(range(int(count)))

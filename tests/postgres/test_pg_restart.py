@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -94,8 +95,24 @@ def restart(server: ThrowawayServer, give_up_at: float) -> int:
     raise RuntimeError(f"server did not start in {RESTART_TRIES} tries: {problems}")
 
 
-def stuck_outcomes(url: str, workers: dict[int, tuple[int, subprocess.Popen[str]]]) -> str:
-    """The outcomes not done, with their current attempt and whether its holder lives."""
+def stacks(procs: list[subprocess.Popen[str]]) -> str:
+    """Where each of ``procs`` (live workers) is: each writes its threads' stacks to
+    stderr on SIGUSR1 (pg_worker.py); it is then killed and its stderr's tail read."""
+    said = []
+    for proc in dict.fromkeys(procs):
+        proc.send_signal(signal.SIGUSR1)
+    time.sleep(1)
+    for proc in dict.fromkeys(procs):
+        proc.kill()
+        _out, err = proc.communicate()
+        said.append(f"pid {proc.pid}: {err[-4000:]}")
+    return " | ".join(said)
+
+
+def stuck_outcomes(url: str, workers: dict[int, tuple[int, subprocess.Popen[str]]],
+                   stuck: list[subprocess.Popen[str]] | None = None) -> str:
+    """The outcomes not done, with their current attempt and whether its holder lives
+    (a live holder that is a worker is added to ``stuck``)."""
     try:
         with psycopg.connect(url, connect_timeout=2) as conn:
             rows = conn.execute(
@@ -111,6 +128,8 @@ def stuck_outcomes(url: str, workers: dict[int, tuple[int, subprocess.Popen[str]
             said.append(f"{key} {state}, no current attempt")
             continue
         slot, proc = workers.get(pid, (None, None))
+        if proc is not None and proc.poll() is None and stuck is not None:
+            stuck.append(proc)
         who = (f"worker {slot} ({'exits 75' if slot % 2 == 0 else 'waits and retries'}), "
                f"{'alive' if proc.poll() is None else 'exited'}" if slot is not None and proc
                else "not one of the workers")
@@ -167,11 +186,13 @@ def test_workers_survive_a_database_restart_and_a_crash(own_server: ThrowawaySer
         finished: set[int] = set()
 
         def why_not_finished(what: str) -> str:
-            return (f"{what}: outages {outages}, restart errors {chaos_errors}, "
+            stuck: list[subprocess.Popen[str]] = []
+            said = (f"{what}: outages {outages}, restart errors {chaos_errors}, "
                     f"server now: {refusal(own_server.admin_dsn) or 'takes connections'}, "
-                    f"outcomes not done: {stuck_outcomes(url, workers)}, "
+                    f"outcomes not done: {stuck_outcomes(url, workers, stuck)}, "
                     f"last worker errors {one_line_errors[-2:]}, {len(exits)} exits "
                     f"({exits.count(75)} of them 75), ledger {ledger_states(url)}")
+            return said + (f"; where the live holders are: {stacks(stuck)}" if stuck else "")
 
         try:
             deadline = began + DEADLINE
