@@ -69,6 +69,11 @@ class Backend(ABC):
     single_statement_moves: bool = False
     #: the database's clock as an SQL expression, in seconds since the epoch
     now_sql: str = ""
+    #: can the database crash while the processes using it live on (a server)? A
+    #: commit that did not wait for the disk is then lost under a live holder, and
+    #: an attempt whose holder lives is never taken over by another process
+    #: (process.py): commits that end an attempt wait for the disk there.
+    crashes_alone: bool = False
 
     @abstractmethod
     def transaction(self, write: bool = True, *, durable: bool = True) -> AbstractContextManager[Tx]:
@@ -79,7 +84,8 @@ class Backend(ABC):
         ``synchronous=NORMAL`` for this one commit, PostgreSQL
         ``synchronous_commit=off``). It survives the process and is ordered
         before every later commit, so the next durable commit makes it durable
-        too; only a power cut or OS crash before that can lose it, and then it
+        too; only a power cut or OS crash before that (on a server, also the
+        server's own crash: :attr:`crashes_alone`) can lose it, and then it
         is lost whole, with nothing committed after it. The core uses it where
         losing the commit repeats no effect (docs/reliability.md, "Durable
         syncs")."""

@@ -509,7 +509,11 @@ class LedgerCore:
         ``durable=False`` when the steps' own synced records already say what
         happened: a finish a power cut loses leaves the attempt open, and the
         next run supersedes it and closes the outcome without repeating a step.
+        Not on a database that crashes alone (a server): there the holder lives
+        on after the finish was lost, and while it lives no other process takes
+        its attempt over, so the outcome would wait for it to exit.
         """
+        durable = durable or self.backend.crashes_alone
         with self.backend.transaction(durable=durable) as tx:
             out, s = self._fenced(tx, attempt, open_step=state == _O.DONE)
             running: list[dict[str, Any]] = []

@@ -267,6 +267,7 @@ class PostgresBackend(Backend):
     float_type = "DOUBLE PRECISION"
     single_statement_moves = True
     now_sql = "extract(epoch FROM now())"
+    crashes_alone = True
 
     def __init__(self, url: str) -> None:
         self.url = url
