@@ -5,7 +5,6 @@ process takes over (process.py), until that worker exits."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import psycopg
@@ -49,4 +48,3 @@ def test_a_finish_survives_a_server_crash_under_a_live_worker(
     finally:
         with psycopg.connect(own_server.admin_dsn, autocommit=True) as admin:
             admin.execute("ALTER SYSTEM RESET wal_writer_delay")
-        shutil.rmtree(tmp_path / "home", ignore_errors=True)

@@ -99,10 +99,11 @@ def stacks(procs: list[subprocess.Popen[str]]) -> str:
     """Where each of ``procs`` (live workers) is: each writes its threads' stacks to
     stderr on SIGUSR1 (pg_worker.py); it is then killed and its stderr's tail read."""
     said = []
-    for proc in dict.fromkeys(procs):
+    procs = list(dict.fromkeys(procs))  # a worker holding two outcomes is named twice
+    for proc in procs:
         proc.send_signal(signal.SIGUSR1)
     time.sleep(1)
-    for proc in dict.fromkeys(procs):
+    for proc in procs:
         proc.kill()
         _out, err = proc.communicate()
         said.append(f"pid {proc.pid}: {err[-4000:]}")
