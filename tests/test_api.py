@@ -375,3 +375,47 @@ def test_intend_refuses_an_absent_that_is_not_text_and_records_nothing(home: Pat
         run.intend("send", "message", absent="shelf 3")
         assert [s.state for s in engine.ledger.steps(begun.key)] == ["running"]
         run.close(success=False, reason="test over")
+
+
+def test_retrying_an_outcome_this_process_holds_collects_once_a_second(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads of one process retrying an outcome another of its Runs really holds are
+    answered busy each time, and the garbage collection that lets a dropped Run go
+    (process.held) runs once a second for that attempt, before the claim, not once a
+    try inside the claim's transaction."""
+    import gc
+
+    from retrysafe import process
+
+    calls: list[bool] = []
+    real = gc.collect
+
+    def counting(*args: object) -> int:
+        calls.append(True)
+        return real(*args)  # type: ignore[arg-type]
+
+    with retrysafe.Engine.open(home) as engine:
+        begun = engine.begin("report", {"week": "2026-W43"})
+        assert begun.status == "started" and begun.run is not None
+        assert begun.claim.attempt is not None
+        held = begun.claim.attempt.id
+        monkeypatch.setattr(process.gc, "collect", counting)
+        for _ in range(5):
+            assert engine.begin("report", {"week": "2026-W43"}).status == "busy"
+        assert len(calls) == 1
+        # the next second's collection: made before the claim's write transaction began
+        backend = engine.ledger.backend
+        original = backend.transaction
+        writes: list[int] = []
+
+        def watched(write: bool = True, **kwargs: bool):  # type: ignore[no-untyped-def]
+            if write:
+                writes.append(len(calls))
+            return original(write, **kwargs)
+
+        monkeypatch.setattr(backend, "transaction", watched)
+        process._COLLECTED.clear()
+        assert engine.begin("report", {"week": "2026-W43"}).status == "busy"
+        assert len(calls) == 2 and writes == [2]
+        begun.run.close(success=True)
+    assert held not in process._COLLECTED

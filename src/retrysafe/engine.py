@@ -43,7 +43,7 @@ from .fsio import check_writable
 from .identity import LedgerMismatch, lost_work, refuse_missing_file
 from .keys import DRILL_MARK, check_key, check_name, slug, step_ref
 from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, StepRecord, open_ledger
-from .process import attempt_liveness, this_holder
+from .process import attempt_liveness, collect_if_held, this_holder
 from .states import BlockCause, ClaimStatus, OutcomeState, StepState
 
 __all__ = ["LEASE_FIELD", "Engine", "Start", "close_all", "settle_hint", "start", "unblock_hint"]
@@ -249,6 +249,10 @@ class Engine:
         if known is not None and known.state == OutcomeState.DONE and known.job == spec.name:
             return Start(ClaimStatus.DONE, key, known, None, Claim(ClaimStatus.DONE, known),
                          steps=tuple(steps))
+        if known is not None and known.current_attempt:
+            # a Run of this process on it that is garbage is collected now, not inside the
+            # claim's transaction (process.held)
+            collect_if_held(known.current_attempt)
         if spec.schedule:  # an occurrence named ahead of its time is refused (missed.py)
             from .missed import check_given_due
 

@@ -280,9 +280,15 @@ class AttemptFolder:
         if "_log" in self.__dict__:  # (never opened: nothing to close)
             self._log.close()
 
+    @property
+    def summarized(self) -> bool:
+        """Will :meth:`write_summary` write a ``summary.json``? Not while no attempt of
+        the outcome has a folder: its summary is then the ledger's."""
+        return self._early is None or (self.number > 1 and self.outcome_dir.is_dir())
+
     def write_summary(self, state: str, accepted: str | None, reason: str,
                       steps: Mapping[str, Any]) -> None:
-        if self._early is not None and (self.number == 1 or not self.outcome_dir.is_dir()):
+        if not self.summarized:
             return  # no attempt of the outcome has a folder: its summary is the ledger's
         self._check(3)
         atomic_write_json(self.outcome_dir / "summary.json", refuse_link=True, durable=False,

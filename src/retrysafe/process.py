@@ -17,14 +17,15 @@ import functools
 import gc
 import os
 import sys
+import time
 import weakref
 from pathlib import Path
 from typing import Any
 
 from .ledger.records import AttemptRecord, Holder
 
-__all__ = ["attempt_liveness", "carriers", "group_alive", "held", "hold", "holder_gone", "release",
-           "this_holder"]
+__all__ = ["attempt_liveness", "carriers", "collect_if_held", "group_alive", "held", "hold",
+           "holder_gone", "release", "this_holder"]
 
 #: read ``/proc`` (Linux); otherwise ask psutil
 PROCFS = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
@@ -39,9 +40,33 @@ def hold(attempt_id: str, run: object) -> None:
     _HELD[attempt_id] = run
 
 
+_COLLECTED: dict[str, float] = {}
+"""when :func:`collect_if_held` last collected for an attempt (monotonic seconds)"""
+COLLECT_EVERY = 1.0
+"""Seconds between two collections for the same held attempt: threads retrying an
+outcome this process really holds pay one collection a second, not one a try."""
+
+
 def release(attempt_id: str) -> None:
     """This process is done with ``attempt_id``."""
     _HELD.pop(attempt_id, None)
+    _COLLECTED.pop(attempt_id, None)
+
+
+def collect_if_held(attempt_id: str) -> None:
+    """A Run of this process is recorded as working on ``attempt_id``: run the cycle
+    collector (at most once in :data:`COLLECT_EVERY` per attempt), so a Run that is
+    garbage no longer counts (:func:`held`). The engine calls it before a claim that
+    will meet the attempt, outside the claim's transaction (on SQLite the write lock)."""
+    if attempt_id not in _HELD:
+        return
+    now = time.monotonic()
+    if now - _COLLECTED.get(attempt_id, -COLLECT_EVERY) < COLLECT_EVERY:
+        return
+    gc.collect()
+    if len(_COLLECTED) >= 256:  # attempts whose Runs were dropped are never released
+        _COLLECTED.clear()
+    _COLLECTED[attempt_id] = now
 
 
 def held(attempt_id: str) -> bool:
@@ -51,12 +76,11 @@ def held(attempt_id: str) -> bool:
     error's traceback keeps the frame that held it, and the frame keeps the
     error): unreachable, yet alive until the cycle collector gets to it, which
     for objects in its oldest generation can take indefinitely long in a busy
-    worker. Before a Run counts as held, one collection sets such garbage free
-    (this costs only a claim that meets its own process's attempt).
+    worker. Before a Run counts as held, a collection sets such garbage free
+    (:func:`collect_if_held`: this costs only a claim that meets its own
+    process's attempt, and at most one collection a second for that attempt).
     """
-    if attempt_id not in _HELD:
-        return False
-    gc.collect()
+    collect_if_held(attempt_id)
     return attempt_id in _HELD
 
 

@@ -347,3 +347,86 @@ def test_a_new_outcome_is_claimed_with_its_history_in_order(ledger: Ledger) -> N
         ("attempt", "", "active"), ("outcome", "planned", "running")]
     assert all(e.attempt_id == c.attempt.id and e.fence == 1 for e in events)
     assert len(c.attempt.id) == 20 and int(c.attempt.id, 16) >= 0
+
+
+def test_a_claim_and_a_finish_return_the_rows_they_wrote(ledger: Ledger) -> None:
+    """A new outcome's claim and a ``done`` finish are one round trip each on a server
+    (one statement builds the rows): what they return is what a read finds, and the
+    history says the same as a claim and a finish made statement by statement."""
+    c = claim(ledger)
+    assert c.attempt is not None
+    assert c.attempt == ledger.attempt(c.attempt.id)
+    assert c.attempt.lease_expires == pytest.approx(c.attempt.started_at + 60)
+    ledger.move_step(c.attempt, "job:1/send", "running", name="send", expect=[None])
+    ledger.move_step(c.attempt, "job:1/send", "done", name="send", expect=["running"],
+                     evidence="id-1")
+    out = ledger.finish(c.attempt, "done", "all good", accepted=True)
+    assert out == ledger.outcome("job:1")
+    assert (out.state, out.reason, out.current_attempt, out.accepted_attempt) == (
+        "done", "all good", None, c.attempt.id)
+    ended = ledger.attempt(c.attempt.id)
+    assert ended is not None and (ended.state, ended.result) == ("finished", "done")
+    assert ended.ended_at is not None and ended.ended_at >= ended.started_at
+    events = [(e.kind, e.from_state, e.to_state, e.reason, e.attempt_id, e.fence)
+              for e in ledger.history("job:1")]
+    assert events[-2:] == [
+        ("attempt", "active", "finished", "result done", c.attempt.id, 1),
+        ("outcome", "running", "done", "all good", c.attempt.id, 1)]
+    # a second finish of the same attempt is refused and writes nothing
+    with pytest.raises(Exception, match="already finished"):
+        ledger.finish(c.attempt, "done", accepted=True)
+    assert len(ledger.history("job:1")) == len(events)
+
+
+def test_a_done_finish_the_outcome_refuses_writes_nothing(ledger: Ledger) -> None:
+    """A ``done`` finish meeting an open step or a newer attempt is refused with the
+    reason, and neither the outcome, its attempt nor its history changes."""
+    c = claim(ledger, lease=0.001)
+    assert c.attempt is not None
+    ledger.move_step(c.attempt, "job:1/send", "running", name="send", expect=[None])
+    before = (ledger.outcome("job:1"), ledger.attempt(c.attempt.id), ledger.history("job:1"))
+    with pytest.raises(InvalidInput, match="step send is running"):
+        ledger.finish(c.attempt, "done", accepted=True)
+    assert (ledger.outcome("job:1"), ledger.attempt(c.attempt.id),
+            ledger.history("job:1")) == before
+    time.sleep(0.01)
+    newer = claim(ledger, holder=H2)
+    assert newer.status == "started"
+    before = (ledger.outcome("job:1"), ledger.attempt(c.attempt.id), ledger.history("job:1"))
+    with pytest.raises(StaleAttempt):
+        ledger.finish(c.attempt, "done", accepted=True)
+    assert (ledger.outcome("job:1"), ledger.attempt(c.attempt.id),
+            ledger.history("job:1")) == before
+
+
+def test_close_out_s_one_trip_finish_takes_only_a_clear_outcome(ledger: Ledger) -> None:
+    """``finish_clear``: close-out's shortcut on a server. It finishes the attempt done
+    when every step is done and none holds an artifact whose file close-out would check;
+    otherwise it writes nothing and answers None, as it always does on SQLite, and
+    close-out reads and judges the steps as ever."""
+    server = ledger.backend.single_statement_moves
+    c = claim(ledger)
+    assert c.attempt is not None
+    ledger.move_step(c.attempt, "job:1/draft", "running", name="draft", kind="generate",
+                     expect=[None])
+    ledger.move_step(c.attempt, "job:1/draft", "done", name="draft", kind="generate",
+                     expect=["running"], artifact="/reports/w1.md", checksum="ab12")
+    before = (ledger.outcome("job:1"), ledger.history("job:1"))
+    assert ledger.finish_clear(c.attempt) is None  # an artifact to check
+    assert (ledger.outcome("job:1"), ledger.history("job:1")) == before
+
+    second = claim(ledger, key="job:2")
+    assert second.attempt is not None
+    ledger.move_step(second.attempt, "job:2/send", "running", name="send", expect=[None])
+    assert ledger.finish_clear(second.attempt) is None  # a step still running
+    ledger.move_step(second.attempt, "job:2/send", "done", name="send", expect=["running"],
+                     evidence="id-2")
+    out = ledger.finish_clear(second.attempt)
+    if not server:
+        assert out is None and ledger.outcome("job:2").state == "running"  # type: ignore[union-attr]
+        return
+    assert out is not None and out == ledger.outcome("job:2")
+    assert (out.state, out.accepted_attempt, out.current_attempt) == (
+        "done", second.attempt.id, None)
+    assert [(e.kind, e.to_state) for e in ledger.history("job:2")][-2:] == [
+        ("attempt", "finished"), ("outcome", "done")]

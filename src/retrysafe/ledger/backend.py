@@ -52,6 +52,13 @@ class Tx(ABC):
         run them one by one, as without it."""
         return contextlib.nullcontext()
 
+    def last_rows(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
+        """The transaction's last statement, whose rows are read (as :meth:`tuples`): a
+        client-server backend sends it with the pending writes and the ``COMMIT``, one
+        round trip for a transaction decided by one statement. Nothing may run in the
+        transaction after it. In-process backends run it as :meth:`tuples`."""
+        return self.tuples(sql, params)
+
 
 
 class Backend(ABC):
@@ -89,6 +96,12 @@ class Backend(ABC):
         is lost whole, with nothing committed after it. The core uses it where
         losing the commit repeats no effect (docs/reliability.md, "Durable
         syncs")."""
+
+    def execute_rows(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
+        """One statement committed on its own (as :meth:`execute`), durably; its rows as
+        :meth:`Tx.tuples` gives them. A server plans it once per connection."""
+        with self.transaction() as tx:
+            return tx.tuples(sql, params)
 
     @abstractmethod
     def display_url(self) -> str:

@@ -137,6 +137,71 @@ def _event(tx: Tx, key: str, *, kind: str, to: str, frm: str = "", step_key: str
             kind, frm, to, reason)
 
 
+_TO_DONE = tuple(s.value for s in _O if s != _O.DONE and can_move(OUTCOME_TRANSITIONS, s, _O.DONE))
+"""the states an outcome may be ``done`` from"""
+
+
+@functools.lru_cache(maxsize=4)
+def _claim_new_sql(now: str) -> str:
+    """A new outcome, claimed by attempt 1, as one statement (a server's one-trip claim,
+    :meth:`LedgerCore.claim`): the outcome inserted unless its key is taken, its attempt
+    and the two history rows the claim writes (attempt active, planned -> running), all
+    from the inserted row, so nothing is written when the key was taken. Parameters: the
+    key, job, params, state and attempt id; the attempt's state, holder (host, pid,
+    start) and lease seconds and context; the codes of the two history rows (kind, from,
+    to). The result: the outcome's :data:`OUTCOME_COLUMNS` and the lease's end, or no
+    row."""
+    outcome = ", ".join(f"o.{c}" for c in OUTCOME_COLUMNS)
+    return (
+        "WITH o AS (INSERT INTO rs_outcomes (key, job, params, state, fence, attempts,"
+        f" current_attempt, created_at, updated_at) VALUES (?, ?, ?, ?, 1, 1, ?, {now}, {now})"
+        " ON CONFLICT (key) DO NOTHING RETURNING *),\n"
+        "a AS (INSERT INTO rs_attempts (id, outcome_key, number, fence, state, holder_host,"
+        " holder_pid, holder_started, lease_expires, context, started_at)"
+        " SELECT o.current_attempt, o.key, 1, 1, ?, ?, ?, ?, o.created_at + ?, ?, o.created_at"
+        " FROM o RETURNING lease_expires),\n"
+        f"h AS (INSERT INTO rs_history ({moves.HISTORY_COLUMNS})"
+        " SELECT o.id, '', o.created_at, 1, 1, '', v.kind, v.frm, v.too, v.reason"
+        " FROM o, (VALUES (1, ?, ?, ?, NULL), (2, ?, ?, ?, '')) AS v (n, kind, frm, too, reason)"
+        " ORDER BY v.n)\n"
+        f"SELECT {outcome}, a.lease_expires FROM o, a")
+
+
+@functools.lru_cache(maxsize=8)
+def _finish_done_sql(now: str, unread: bool = False) -> str:
+    """An attempt's finish as ``done`` and accepted, as one statement (a server's
+    one-trip finish, :meth:`LedgerCore.finish`): only while the attempt holds the
+    outcome's fence, the outcome may be ``done`` and none of its steps is open, the
+    outcome row locked; the attempt finished, the outcome done, the history rows (the
+    attempt's; the outcome's when its state or reason changes). Parameters: the key,
+    fence and attempt id; the states it may be done from; the key again and the
+    ``done`` step state; the attempt's new state and result, its id; the outcome's new
+    state, reason and accepted attempt; the attempt's number and fence; the attempt
+    row's kind, from, to and reason; the outcome row's kind and to, its reason; then the
+    outcome's new state and reason again. The result: the outcome's
+    :data:`OUTCOME_COLUMNS` as written, or no row. ``unread``: close-out has not read
+    the steps, so a step with an accepted artifact (whose file close-out checks) stands
+    in the way too."""
+    outcome = ", ".join(f"o.{c}" for c in OUTCOME_COLUMNS)
+    marks = ", ".join("?" * len(_TO_DONE))
+    artifact = " OR COALESCE(artifact, '') <> ''" if unread else ""
+    return (
+        "WITH f AS (SELECT id, key, state, reason FROM rs_outcomes WHERE key = ? AND fence = ?"
+        f" AND current_attempt = ? AND state IN ({marks}) AND NOT EXISTS (SELECT 1 FROM rs_steps"
+        f" WHERE outcome_key = ? AND (state <> ?{artifact})) FOR UPDATE),\n"
+        f"a AS (UPDATE rs_attempts SET state = ?, result = ?, ended_at = {now} FROM f"
+        " WHERE rs_attempts.id = ? RETURNING rs_attempts.id),\n"
+        f"o AS (UPDATE rs_outcomes SET state = ?, reason = ?, cause = '', updated_at = {now},"
+        " current_attempt = NULL, accepted_attempt = ? FROM f, a WHERE rs_outcomes.key = f.key"
+        " RETURNING rs_outcomes.*),\n"
+        f"h AS (INSERT INTO rs_history ({moves.HISTORY_COLUMNS})"
+        f" SELECT f.id, '', {now}, ?, ?, '', v.kind, v.frm, v.too, v.reason"
+        f" FROM f, a, LATERAL (VALUES (1, ?, ?, ?, ?), (2, ?, {moves.word('f.state')}, ?, ?))"
+        " AS v (n, kind, frm, too, reason) WHERE v.n = 1 OR f.state <> ? OR f.reason <> ?"
+        " ORDER BY v.n)\n"
+        f"SELECT {outcome} FROM o")
+
+
 class LedgerCore:
     """Outcomes, attempts, steps and history as attempts change them; the human
     decisions are in :class:`retrysafe.ledger.decisions.Ledger`."""
@@ -308,10 +373,18 @@ class LedgerCore:
         (synced, before any effect) makes it durable, and a claim a power cut
         loses started nothing outside the ledger.
         """
+        taken = False  # a one-trip claim found the key taken
+        if max_attempts >= 1 and self.backend.single_statement_moves:
+            started = self._claim_new(key, job, params, holder, lease_seconds, context)
+            if started is not None:
+                return started
+            taken = True
         with self.backend.transaction(durable=False) as tx:
             # A new outcome is inserted already claimed by attempt 1 (its history says
             # planned -> running, as for any claim); an existing one is read and locked.
-            if max_attempts >= 1:
+            if taken:
+                made = None
+            elif max_attempts >= 1:
                 attempt_id = new_attempt_id()
                 # the clock as SQL where the database has one: this statement needs no
                 # value of tx.now, so a server's BEGIN goes out with it (one round trip)
@@ -365,6 +438,61 @@ class LedgerCore:
             with tx.final_writes():  # written, not read: one round trip on a server
                 attempt, out = self._start_attempt(tx, out, holder, lease_seconds, context)
             return Claim(ClaimStatus.STARTED, out, attempt=attempt, superseded=superseded)
+
+    def _claim_new(self, key: str, job: str, params: Mapping[str, str], holder: Holder,
+                   lease_seconds: float, context: Mapping[str, str] | None) -> Claim | None:
+        """A server's claim of a new outcome in one round trip (BEGIN, one statement,
+        COMMIT): what :meth:`claim`'s insert and :meth:`_start_attempt` write, in the same
+        rows. ``None``: the key is taken, and nothing was written."""
+        code, active = moves.CODES, AttemptState.ACTIVE.value
+        ctx = dumps(dict(context or {}))
+        attempt_id = new_attempt_id()
+        with self.backend.transaction(durable=False) as tx:
+            rows = tx.last_rows(_claim_new_sql(self.backend.now_sql), (
+                key, job, dumps(dict(params)), _O.RUNNING.value, attempt_id,
+                active, holder.host, holder.pid, holder.started, lease_seconds, ctx,
+                code["attempt"], code[""], code[active],
+                code["outcome"], code[_O.PLANNED.value], code[_O.RUNNING.value]))
+        if not rows:
+            return None
+        row = rows[0]
+        out = outcome_from_values(row[:len(OUTCOME_COLUMNS)])
+        attempt = attempt_from_row({
+            "id": attempt_id, "outcome_key": key, "number": 1, "fence": 1, "state": active,
+            "result": "", "holder_host": holder.host, "holder_pid": holder.pid,
+            "holder_started": holder.started, "lease_expires": row[len(OUTCOME_COLUMNS)],
+            "context": ctx, "started_at": out.created_at, "ended_at": None})
+        return Claim(ClaimStatus.STARTED, out, attempt=attempt)
+
+    def finish_clear(self, attempt: AttemptRecord) -> OutcomeRecord | None:
+        """Close-out's shortcut on a server: finish ``attempt`` as ``done`` and accepted,
+        durably, in one round trip, when every step of the outcome is ``done`` and none
+        holds an artifact to check, without close-out reading the steps first. ``None``:
+        not on this backend, or something stands in the way (then nothing was written,
+        and close-out reads the steps and judges as always)."""
+        if not self.backend.single_statement_moves:
+            return None
+        return self._finish_done(attempt, "", unread=True)
+
+    def _finish_done(self, attempt: AttemptRecord, reason: str, *,
+                     unread: bool = False) -> OutcomeRecord | None:
+        """A server's finish of an attempt as ``done`` in one round trip (one statement,
+        committed on its own and durably, planned once per connection), when nothing
+        stands in its way: the same rows :meth:`finish` writes. ``None``: something does
+        (a stale attempt, an open step), and nothing was written; :meth:`finish` then
+        says what."""
+        code, done = moves.CODES, _O.DONE.value
+        active, finished = AttemptState.ACTIVE.value, AttemptState.FINISHED.value
+        rows = self.backend.execute_rows(_finish_done_sql(self.backend.now_sql, unread), (
+            attempt.outcome_key, attempt.fence, attempt.id, *_TO_DONE,
+            attempt.outcome_key, _S.DONE.value,
+            finished, done, attempt.id,
+            done, reason, attempt.id,
+            attempt.number, attempt.fence,
+            code["attempt"], code[active], code[finished], f"result {done}",
+            code["outcome"], code[done], reason,
+            done, reason))
+        return outcome_from_values(rows[0]) if rows else None
 
     def _runners(self, tx: Tx, attempt: AttemptRecord) -> list[Holder]:
         """The processes running ``attempt``'s running steps."""
@@ -514,6 +642,11 @@ class LedgerCore:
         its attempt over, so the outcome would wait for it to exit.
         """
         durable = durable or self.backend.crashes_alone
+        if (state == _O.DONE and accepted and not cause and durable
+                and self.backend.single_statement_moves):
+            done = self._finish_done(attempt, reason)
+            if done is not None:
+                return done
         with self.backend.transaction(durable=durable) as tx:
             out, s = self._fenced(tx, attempt, open_step=state == _O.DONE)
             running: list[dict[str, Any]] = []
