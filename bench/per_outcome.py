@@ -752,7 +752,9 @@ def pg_counts(url: str, home: Path, n: int = 20) -> dict[str, Any]:
     import psycopg
 
     counts = {"round_trips": 0, "statements": 0, "transactions": 0}
-    real_execute = psycopg.Connection.execute
+    # every statement goes through a cursor's execute (the connection's own execute
+    # opens a cursor for it), so that is where messages are counted
+    real_execute = psycopg.Cursor.execute
     counting = [False]
 
     def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
@@ -761,12 +763,13 @@ def pg_counts(url: str, home: Path, n: int = 20) -> dict[str, Any]:
             counts["round_trips"] += 1
             # several statements only without parameters; the benchmark's values
             # hold no semicolons
-            parts = [p.strip() for p in text.split(";")] if not args else [text]
+            params = args[0] if args else kwargs.get("params")
+            parts = [p.strip() for p in text.split(";")] if not params else [text]
             counts["statements"] += sum(1 for p in parts if p and not p.startswith(_TX_CONTROL))
             counts["transactions"] += sum(1 for p in parts if p.startswith("BEGIN"))
         return real_execute(self, query, *args, **kwargs)
 
-    patched: Any = psycopg.Connection
+    patched: Any = psycopg.Cursor
     patched.execute = execute
     out: dict[str, Any] = {}
     try:

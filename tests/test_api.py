@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from retrysafe.errors import (
     ApprovalRequired,
     AttemptsExhausted,
     Busy,
+    InvalidParameter,
     PayloadMismatch,
     StepBlocked,
     StepFailed,
@@ -419,3 +421,43 @@ def test_retrying_an_outcome_this_process_holds_collects_once_a_second(
         assert len(calls) == 2 and writes == [2]
         begun.run.close(success=True)
     assert held not in process._COLLECTED
+
+
+def test_an_engine_renders_a_key_once_and_still_refuses_bad_parameters(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine keeps the key its job renders from the same parameters (a worker asks
+    again and again), hands out its own copy of the canonical parameters each time, and
+    still refuses a value that is not text; a job whose key the clock fills in (an
+    occurrence left out) is rendered afresh each time; a drill trial still gets its mark."""
+    (tmp_path / "retrysafe.toml").write_text(CONFIG + """
+[jobs.nightly]
+key = "nightly:{run}"
+params = { run = "occurrence" }
+schedule = "0 3 * * *"
+""")
+    with retrysafe.Engine.open(tmp_path) as engine:
+        _spec, key, canonical = engine.outcome_key("report", {"week": "2026-W42"})
+        assert (key, canonical) == ("report:2026-W42", {"week": "2026-W42"})
+        canonical["week"] = "changed"
+        assert engine.outcome_key("report", {"week": "2026-W42"})[1:] == (
+            "report:2026-W42", {"week": "2026-W42"})
+        for bad in (5, ["2026-W42"], b"2026-W42"):
+            with pytest.raises(InvalidParameter, match="not text"):
+                engine.outcome_key("report", {"week": bad})  # type: ignore[dict-item]
+        with pytest.raises(InvalidParameter):
+            engine.outcome_key("report", {"week": "2026-W99"})
+        with pytest.raises(InvalidParameter):  # refused each time, never kept
+            engine.outcome_key("report", {"week": "2026-W99"})
+        monkeypatch.setenv("RETRYSAFE_DRILL_TRIAL", "t1")
+        assert engine.outcome_key("report", {"week": "2026-W42"})[1] == "report:2026-W42~t1"
+        monkeypatch.delenv("RETRYSAFE_DRILL_TRIAL")
+        early = datetime(2026, 10, 1, 4, 0, tzinfo=UTC)
+        late = datetime(2026, 10, 5, 4, 0, tzinfo=UTC)
+        import retrysafe.schedule as schedule_mod
+
+        real = schedule_mod.resolve_occurrence
+        for moment in (early, late):
+            monkeypatch.setattr(schedule_mod, "resolve_occurrence",
+                                lambda s, tz, v, now, m=moment: real(s, tz, v, now or m))
+            key = engine.outcome_key("nightly", {})[1]
+            assert key.startswith(f"nightly:{moment:%Y-%m-%d}"), key

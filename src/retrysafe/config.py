@@ -99,6 +99,11 @@ class Job:
     """``retrysafe run`` of the current occurrence first finishes earlier unfinished ones
     inside this window (``catch_up = true``, ``"7d"`` or a number of occurrences)"""
 
+    @property
+    def clock_params(self) -> bool:
+        """Does the clock fill in a parameter left out (an ``occurrence``)?"""
+        return any(t in keys.SCHEDULE_TYPES for t in self.params.values())
+
     def resolve_params(
         self, given: Mapping[str, str], now: datetime | None = None
     ) -> dict[str, str]:

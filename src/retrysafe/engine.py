@@ -119,6 +119,10 @@ def settle_hint(out: OutcomeRecord, steps: Iterable[StepRecord]) -> str:
     return ""
 
 
+KEYS_KEPT = 4096
+"""outcome keys an engine keeps rendered (:meth:`Engine.outcome_key`)"""
+
+
 class Engine:
     """The config, the ledger and the home, opened together.
 
@@ -130,6 +134,9 @@ class Engine:
         self.config = config
         self._ledger = ledger
         self._home_made = False  # ensure_home once per engine, not per outcome
+        # (job, its parameters as given) -> the outcome key and the canonical parameters,
+        # for jobs whose parameters do not depend on the clock (outcome_key)
+        self._keys: dict[tuple[object, ...], tuple[str, dict[str, str]]] = {}
 
     @classmethod
     def open(
@@ -202,12 +209,26 @@ class Engine:
         if not isinstance(params, Mapping):
             raise InvalidParameter(f"job {spec.name!r}: give the parameters as a mapping of "
                                    f"names to text values, not {type(params).__name__}")
-        for name, value in params.items():
-            if value is not None and not isinstance(value, str):
-                raise InvalidParameter(
-                    f"job {spec.name!r}: parameter {name!r} is {type(value).__name__}, not "
-                    "text; give its value as a str (as on the command line)")
-        key, canonical = spec.outcome_key(params, now)
+        # the same parameters render the same key: validated and rendered once (a worker
+        # re-running its outcomes asks again and again), unless the clock fills one in
+        memo: tuple[object, ...] | None = (job, *params.items()) if now is None else None
+        try:
+            found = self._keys.get(memo) if memo is not None else None
+        except TypeError:  # a value that cannot be hashed is refused below
+            found, memo = None, None
+        if found is not None:
+            key, canonical = found[0], dict(found[1])
+        else:
+            for name, value in params.items():
+                if value is not None and not isinstance(value, str):
+                    raise InvalidParameter(
+                        f"job {spec.name!r}: parameter {name!r} is {type(value).__name__}, "
+                        "not text; give its value as a str (as on the command line)")
+            key, canonical = spec.outcome_key(params, now)
+            if memo is not None and not spec.clock_params:
+                if len(self._keys) >= KEYS_KEPT:
+                    self._keys.clear()
+                self._keys[memo] = (key, dict(canonical))
         trial = os.environ.get(envvars.DRILL_TRIAL)
         if trial:
             # drill trials get outcomes of their own, so their effects never meet

@@ -7,6 +7,7 @@ for a command-line tool started once per step.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -148,10 +149,16 @@ def dumps(obj: Any) -> str:
 
 
 def loads_map(text: str | None) -> dict[str, str]:
-    if not text:
-        return {}
+    """A stored map of text (an outcome's parameters, an attempt's context), as a dict
+    of its own (a caller may change it)."""
+    return dict(_pairs(text)) if text else {}
+
+
+@functools.lru_cache(maxsize=4096)
+def _pairs(text: str) -> tuple[tuple[str, str], ...]:
+    # parsed once per text: a re-run reads its outcome's parameters again and again
     value = json.loads(text)
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+    return tuple((str(k), str(v)) for k, v in value.items()) if isinstance(value, dict) else ()
 
 
 # --- rows to records (column names are the same on every backend) ---

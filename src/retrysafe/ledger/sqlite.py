@@ -68,9 +68,20 @@ WAL_SIZE_LIMIT = 64 << 20  # bytes a log is cut back to once checkpointed (a rea
 
 
 class _SqliteTx(Tx):
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, write: bool) -> None:
         self.conn = conn
-        self.now = time.time()
+        # a write's clock is read as it begins; a read's only if asked (most never are)
+        self._now: float | None = time.time() if write else None
+
+    @property
+    def now(self) -> float:
+        if self._now is None:
+            self._now = time.time()
+        return self._now
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self._now = value
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute(sql, tuple(params)).fetchall()]
@@ -109,7 +120,7 @@ class _Transaction:
                 self._restore()
                 self.backend._busy.discard(self.conn)
                 raise self.backend._translate(exc) from None
-        return _SqliteTx(self.conn)
+        return _SqliteTx(self.conn, self.write)
 
     def _restore(self) -> None:
         if self.lazy:
