@@ -225,7 +225,8 @@ def per_outcome_lines(result: dict[str, Any]) -> list[str]:
     if pg.get("concurrency"):
         lines += ["", f"PostgreSQL {pg['server_version']} (synchronous_commit="
                   f"{pg['synchronous_commit']}), {pg['keys_per_round']} keys per round over all "
-                  f"processes, medians of {pg['rounds']} rounds, the order rotating.", "",
+                  f"processes (re-run: {pg.get('rerun_passes', 1)} passes over them), medians of "
+                  f"{pg['rounds']} rounds, the order rotating.", "",
                   "| processes | contestant | first run | re-run |", "|---:|---|---:|---:|"]
         for row in pg["concurrency"]:
             for c in row["contestants"].values():
