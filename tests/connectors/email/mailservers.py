@@ -284,6 +284,11 @@ class MissingMailServer(RuntimeError):
     """Dovecot or openssl is not installed."""
 
 
+PORT_TRIES = 5
+"""Starts with fresh ports when one was taken meanwhile: a port free when chosen can be
+taken before the server binds it (another test's connection gets it as its own port)."""
+
+
 @contextlib.contextmanager
 def start_mail_servers() -> Iterator[MailServers]:
     """Start Dovecot and the SMTP listeners; stop them on exit. Raises
@@ -291,6 +296,23 @@ def start_mail_servers() -> Iterator[MailServers]:
     binary = dovecot_binary()
     if binary is None or shutil.which("openssl") is None:
         raise MissingMailServer("needs dovecot (apt-get install dovecot-imapd) and openssl")
+    for tries_left in reversed(range(PORT_TRIES)):
+        stack = contextlib.ExitStack()
+        try:
+            servers = stack.enter_context(_started(binary))
+        except (OSError, RuntimeError) as exc:
+            stack.close()
+            if tries_left and "in use" in str(exc).lower():
+                continue
+            raise
+        with stack:
+            yield servers
+        return
+
+
+@contextlib.contextmanager
+def _started(binary: str) -> Iterator[MailServers]:
+    """One start on freshly chosen ports (OSError or RuntimeError: one was taken)."""
     # Not pytest's tmp dir: that one is private to our user, and Dovecot's
     # mail processes run as another user when the tests run as root.
     root = Path(tempfile.mkdtemp(prefix="retrysafe-mail-"))
@@ -300,13 +322,17 @@ def start_mail_servers() -> Iterator[MailServers]:
         uid, gid = nobody.pw_uid, nobody.pw_gid
     else:
         uid, gid = os.getuid(), os.getgid()
+    ports: set[int] = set()
+    while len(ports) < 5:  # five different ones
+        ports.add(free_port())
+    imap, imaps, smtp, starttls, smtps = sorted(ports)
     servers = MailServers(
         root=root,
-        imap_port=free_port(),
-        imaps_port=free_port(),
-        smtp_port=free_port(),
-        smtp_starttls_port=free_port(),
-        smtps_port=free_port(),
+        imap_port=imap,
+        imaps_port=imaps,
+        smtp_port=smtp,
+        smtp_starttls_port=starttls,
+        smtps_port=smtps,
         ca_file=root / "tls" / "cert.pem",
         mail_uid=uid,
         mail_gid=gid,
@@ -327,7 +353,7 @@ def start_mail_servers() -> Iterator[MailServers]:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    controllers: list[Controller] = []
+    started: list[Controller] = []
     try:
         wait_for_banner(servers.imap_port, dovecot, log)
         server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -357,10 +383,11 @@ def start_mail_servers() -> Iterator[MailServers]:
             ),
         ]
         for controller in controllers:
-            controller.start()
+            controller.start()  # one that fails to bind is not started: not stopped below
+            started.append(controller)
         yield servers
     finally:
-        for controller in controllers:
+        for controller in started:
             controller.stop()
         if dovecot.poll() is None:
             dovecot.send_signal(signal.SIGTERM)
