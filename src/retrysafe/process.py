@@ -204,14 +204,20 @@ def holder_gone(holder: Holder) -> bool:
     return bool(started and now and now != started)
 
 
-def carriers(attempt_id: str) -> list[int]:
+def carriers(attempt_id: str, *, starting: list[int] | None = None) -> list[int]:
     """Processes on this host that carry the attempt in their environment: the
     command ``retrysafe run`` started, the steps inside it, and their children,
-    orphans included (their parent may be gone). Stopped processes count."""
+    orphans included (their parent may be gone). Stopped processes count.
+
+    ``starting`` (Linux): gets the processes of this process group whose environment
+    is empty, as it reads while a process is inside ``execve`` (kernel threads, also
+    empty, belong to no group of ours): whether they carry the attempt shows a moment
+    later."""
     own = os.getpid()
     if not PROCFS:
         return _psutil_carriers(attempt_id, own)
     needle = f"RETRYSAFE_ATTEMPT_ID={attempt_id}".encode()
+    group = os.getpgrp()
     found: list[int] = []
     try:
         entries = os.listdir("/proc")
@@ -227,7 +233,21 @@ def carriers(attempt_id: str) -> list[int]:
             continue  # gone meanwhile, or another user's: not ours to judge
         if needle in env.split(b"\0"):
             found.append(int(entry))
+        elif not env and starting is not None and _group_of(entry) == group:
+            starting.append(int(entry))
     return sorted(found)
+
+
+def _group_of(pid: str) -> int | None:
+    """The process group of a live process (``None``: gone, or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses
+        fields = stat[stat.rindex(b")") + 2:].split()
+        return None if fields[0] == b"Z" else int(fields[2])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _psutil_carriers(attempt_id: str, own: int) -> list[int]:

@@ -19,7 +19,8 @@ waits for them (:func:`_wait_rest`), up to the job's ``lease_seconds``, saying
 so on stderr. A step still running then is stopped with the rest of the attempt
 (as after a stop signal) and left ``unknown``, its reason saying why; what the
 command left running that runs no step (a daemon it started) is waited for
-:data:`SETTLE` seconds at most (it may be about to start one), then left alone.
+:data:`SETTLE` seconds at most (it may be about to start one), then left alone; so is
+a process of the command still starting a program, whose environment cannot be read yet.
 An attempt of which anything had to be stopped after its command ended is never
 ``done`` (:func:`retrysafe.closeout.cut_short`): what was stopped may have had
 work left to do.
@@ -152,7 +153,7 @@ def _wait_rest(run: Run, attempt: AttemptRecord, stopped: list[int]) -> None:
     pause = 0.02
     rest: dict[int, str] = {}
     while not stopped:
-        work, rest = _leftovers(run, attempt)
+        work, rest, starting = _leftovers(run, attempt)
         now = time.monotonic()
         if work:
             last_step = now
@@ -165,7 +166,7 @@ def _wait_rest(run: Run, attempt: AttemptRecord, stopped: list[int]) -> None:
             if now - began >= limit:
                 _stop_left(run, attempt, work, limit)
                 return
-        elif not rest or now - last_step >= SETTLE:
+        elif (not rest and not starting) or now - last_step >= SETTLE:
             break
         time.sleep(pause)
         pause = min(pause * 2, _PAUSE)
@@ -211,15 +212,23 @@ def _stop_left(run: Run, attempt: AttemptRecord, work: Mapping[int, str], limit:
                              explain=False)
 
 
-def _leftovers(run: Run, attempt: AttemptRecord) -> tuple[dict[int, str], dict[int, str]]:
+def _leftovers(run: Run, attempt: AttemptRecord
+               ) -> tuple[dict[int, str], dict[int, str], list[int]]:
     """The processes carrying the attempt, each named: those that run a step of it
     (a ``retrysafe`` command, or the recorded runner of one of its running steps),
-    and the others. The ledger is read only when some are not ``retrysafe``."""
+    and the others; and the processes of this process group still starting a program
+    (inside ``execve``, which shows neither their command line nor their environment
+    yet: the command's ``retrysafe step ... &`` is one for a moment after its shell
+    exits, and a look that found nothing then would close the attempt out under it).
+    The ledger is read only when some are not ``retrysafe``."""
     found: list[tuple[int, list[str]]] = []
-    for pid in carriers(attempt.id):
+    starting: list[int] = []
+    for pid in carriers(attempt.id, starting=starting):
         argv = _argv(pid)
-        if argv:  # (else gone meanwhile)
+        if argv:  # (else gone meanwhile, or starting a program again)
             found.append((pid, argv))
+        else:
+            starting.append(pid)
     runners: set[int] = set()
     if any(not _is_retrysafe(argv) for _, argv in found):
         here = host_id()
@@ -232,7 +241,7 @@ def _leftovers(run: Run, attempt: AttemptRecord) -> tuple[dict[int, str], dict[i
     for pid, argv in found:
         named = f"pid {pid} ({_name(argv)})"
         (work if pid in runners or _is_retrysafe(argv) else rest)[pid] = named
-    return work, rest
+    return work, rest, starting
 
 
 def _argv(pid: int) -> list[str] | None:

@@ -196,3 +196,34 @@ def test_an_attempt_whose_leftovers_were_stopped_is_never_done(
     step = _status(home, "short:c")["steps"][0]  # type: ignore[index]
     assert (step["state"], step["evidence"]) == ("done", "msg-0"), step
     assert _sent(tmp_path) == ["sent"]
+
+
+# A child of the command that starts a program with an empty environment for a moment,
+# then the step with the attempt's environment: what /proc shows of a process inside
+# execve (neither its command line nor its environment yet), held long enough to look.
+LATE_STEP = r'''
+import os, sys, time
+env = dict(os.environ)
+if os.fork() == 0:
+    pairs = [f"{k}={v}" for k, v in env.items()]
+    then = ("import os, sys, time; time.sleep(0.4); "
+            "env = dict(p.split('=', 1) for p in sys.argv[1:]); "
+            "os.execve(sys.executable, [sys.executable, '-m', 'retrysafe', 'step', 'send', "
+            "'--class', 'message', '--', 'sh', '-c', 'echo sent >> \"$SENT\"; echo msg-late'], env)")
+    os.execve(sys.executable, [sys.executable, "-c", then, *pairs], {})
+'''
+
+
+def test_run_waits_for_a_child_of_its_command_still_starting_a_program(
+        home: Home, tmp_path: Path) -> None:
+    """The command's child is still starting a program when the command ends (its
+    environment cannot be read yet, as inside ``execve``): the run does not close the
+    attempt out under it, it looks again, finds the step, and waits for its result."""
+    env = _setup(home, tmp_path, nap=0)
+    got = home.run("run", "job", "-p", "n=late", "--", sys.executable, "-c", LATE_STEP, env=env)
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert got.stdout.splitlines()[-1] == "done: job:late (attempt 1)", got.stdout
+    steps = _status(home, "job:late")["steps"]
+    assert isinstance(steps, list) and len(steps) == 1, steps
+    assert (steps[0]["state"], steps[0]["evidence"]) == ("done", "msg-late"), steps[0]
+    assert _sent(tmp_path) == ["sent"]
