@@ -140,15 +140,32 @@ def _proc_start(pid: int) -> str | None:
     if unreadable."""
     if not PROCFS:
         return _psutil_start(pid)
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
+    if fields and fields[0] in (b"Z", b"X"):
+        return "dead"
+    return f"{_boot_id()}:{fields[19].decode()}" if len(fields) > 19 else None
+
+
+def _stat_fields(pid: int | str) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, pgrp, ...);
+    ``None`` when it cannot be read (gone)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
     except OSError:
         return None
     # the command name may hold spaces and parentheses: split after the last ')'
-    fields = stat[stat.rfind(")") + 2 :].split()
-    if fields and fields[0] in ("Z", "X"):
-        return "dead"
-    return f"{_boot_id()}:{fields[19]}" if len(fields) > 19 else None
+    return stat[stat.rfind(b")") + 2:].split()
+
+
+def _group_of(pid: int | str) -> int | None:
+    """The process group of a live process (``None``: gone, or a zombie)."""
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 3 or fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[2])
 
 
 def _psutil_start(pid: int) -> str | None:
@@ -238,18 +255,6 @@ def carriers(attempt_id: str, *, starting: list[int] | None = None) -> list[int]
     return sorted(found)
 
 
-def _group_of(pid: str) -> int | None:
-    """The process group of a live process (``None``: gone, or a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses
-        fields = stat[stat.rindex(b")") + 2:].split()
-        return None if fields[0] == b"Z" else int(fields[2])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _psutil_carriers(attempt_id: str, own: int) -> list[int]:
     """:func:`carriers` through psutil (the environment of our user's processes)."""
     psutil = _psutil()
@@ -295,18 +300,7 @@ def group_alive(pgid: int) -> bool:
         entries = os.listdir("/proc")
     except OSError:
         return True
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+    return any(entry.isdigit() and _group_of(entry) == pgid for entry in entries)
 
 
 def _psutil_group_alive(pgid: int) -> bool:
