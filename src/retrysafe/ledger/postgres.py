@@ -182,7 +182,6 @@ class _PgTx(Tx):
         self._holding = False  # inside final_writes: statements are kept for the COMMIT
         self._held: list[str] = []
         self._client: psycopg.ClientCursor[Any] | None = None
-        self._last: list[tuple[Any, ...]] = []  # the rows of last_rows' statement
         self._committed: str | None = None  # the COMMIT's answer, when last_rows sent it
 
     @property
@@ -208,12 +207,12 @@ class _PgTx(Tx):
             self._client = psycopg.ClientCursor(self.conn)
         return self._client.mogrify(_driver_sql(sql), tuple(params))
 
-    def _send(self, sql: str | None, params: Sequence[Any], *,
-              commit: bool = False, rows_of_sql: bool = False) -> psycopg.Cursor[DictRow]:
+    def _send(self, sql: str | None, params: Sequence[Any], *, commit: bool = False,
+              rows_into: list[tuple[Any, ...]] | None = None) -> psycopg.Cursor[DictRow]:
         """One round trip: the pending BEGIN and its clock, the held writes, ``sql``,
         then the ``COMMIT`` when asked; the cursor is left at the last result
-        (``rows_of_sql``: ``sql``'s rows, as tuples, are kept in ``_last`` on the way).
-        A value that cannot be bound is refused before anything changes."""
+        (``rows_into`` gets ``sql``'s rows, as tuples, on the way). A value that cannot
+        be bound is refused before anything changes."""
         begin = self._begin
         parts = [begin, *self._held] if begin is not None else [*self._held]
         if sql is not None:
@@ -230,16 +229,13 @@ class _PgTx(Tx):
             row = cur.fetchone()
             assert row is not None
             self._now = float(row["now"])
-        found: list[tuple[Any, ...]] = []
-        while True:  # on to the last result
-            if rows_of_sql and _has_rows(cur):
+        while True:  # on to the last result (the rows before it, the last with any)
+            if rows_into is not None and _has_rows(cur):
                 by_position: psycopg.Cursor[Any] = cur
                 by_position.row_factory = tuple_row
-                found = by_position.fetchall()
+                rows_into[:] = by_position.fetchall()
             if not cur.nextset():
                 break
-        if rows_of_sql:
-            self._last = found
         return cur
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
@@ -273,10 +269,8 @@ class _PgTx(Tx):
             return self.tuples(sql, params)
         # the pending BEGIN (its clock the first result with rows), the held writes,
         # ``sql`` and the COMMIT: one message; ``sql``'s rows are the last rows before it
-        cur: psycopg.Cursor[Any] = self._send(sql, params, commit=True, rows_of_sql=True)
-        rows: list[tuple[Any, ...]] = self._last
-        self._last = []
-        self._committed = cur.statusmessage
+        rows: list[tuple[Any, ...]] = []
+        self._committed = self._send(sql, params, commit=True, rows_into=rows).statusmessage
         return rows
 
     def commit(self) -> str | None:
@@ -456,12 +450,14 @@ class PostgresBackend(Backend):
                 raise LedgerError(f"ledger {self._shown}: the transaction was rolled back "
                                   "by the server; nothing was recorded")
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Autocommit: a step move is one statement, committed on its own in one
-        round trip (no BEGIN, no COMMIT)."""
+    @contextmanager
+    def _autocommit(self) -> Iterator[psycopg.Connection[DictRow]]:
+        """A connection for one statement committed on its own, in one round trip (no
+        BEGIN, no COMMIT), its parameters bound by the server (psycopg prepares a
+        statement it sees again, so it is planned once per connection)."""
         with self._connection() as conn:
             try:
-                return conn.execute(_driver_sql(sql), params).rowcount
+                yield conn
             except UnicodeEncodeError as exc:  # refused before it was sent
                 raise not_text(exc) from None
             except psycopg.Error as exc:
@@ -469,20 +465,18 @@ class PostgresBackend(Backend):
                 # its fate unknown, which the error says
                 raise self._translate(exc, in_commit=True) from None
 
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Autocommit: a step move is one statement, committed on its own."""
+        with self._autocommit() as conn:
+            return conn.execute(_driver_sql(sql), params).rowcount
+
     def execute_rows(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
-        """Autocommit, as :meth:`execute`: one round trip, the statement's parameters
-        bound by the server (psycopg prepares a statement it sees again, so it is
-        planned once per connection)."""
-        with self._connection() as conn:
-            try:
-                cur: psycopg.Cursor[Any] = conn.cursor(row_factory=tuple_row)
-                cur.execute(_driver_sql(sql), params)
-                rows: list[tuple[Any, ...]] = cur.fetchall() if _has_rows(cur) else []
-                return rows
-            except UnicodeEncodeError as exc:  # refused before it was sent
-                raise not_text(exc) from None
-            except psycopg.Error as exc:
-                raise self._translate(exc, in_commit=True) from None
+        """Autocommit, as :meth:`execute`, reading the statement's rows."""
+        with self._autocommit() as conn:
+            cur: psycopg.Cursor[Any] = conn.cursor(row_factory=tuple_row)
+            cur.execute(_driver_sql(sql), params)
+            rows: list[tuple[Any, ...]] = cur.fetchall() if _has_rows(cur) else []
+            return rows
 
     @contextmanager
     def migration_lock(self) -> Iterator[Tx]:
