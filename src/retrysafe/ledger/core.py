@@ -137,6 +137,19 @@ def _event(tx: Tx, key: str, *, kind: str, to: str, frm: str = "", step_key: str
             kind, frm, to, reason)
 
 
+def _active_attempt(attempt_id: str, key: str, number: int, fence: int, holder: Holder,
+                    lease_expires: float, context: Mapping[str, str] | None,
+                    started_at: float) -> AttemptRecord:
+    """An attempt as a claim writes it, as a read of its row would give it (no trigger
+    writes ``rs_attempts``), so the claim need not read it back."""
+    return AttemptRecord(
+        id=attempt_id, outcome_key=key, number=number, fence=fence,
+        state=AttemptState.ACTIVE.value, result="", holder=holder,
+        lease_expires=float(lease_expires), context={str(k): str(v) for k, v in
+                                                     (context or {}).items()},
+        started_at=float(started_at), ended_at=None)
+
+
 _TO_DONE = tuple(s.value for s in _O if s != _O.DONE and can_move(OUTCOME_TRANSITIONS, s, _O.DONE))
 """the states an outcome may be ``done`` from"""
 
@@ -457,11 +470,8 @@ class LedgerCore:
             return None
         row = rows[0]
         out = outcome_from_values(row[:len(OUTCOME_COLUMNS)])
-        attempt = attempt_from_row({
-            "id": attempt_id, "outcome_key": key, "number": 1, "fence": 1, "state": active,
-            "result": "", "holder_host": holder.host, "holder_pid": holder.pid,
-            "holder_started": holder.started, "lease_expires": row[len(OUTCOME_COLUMNS)],
-            "context": ctx, "started_at": out.created_at, "ended_at": None})
+        attempt = _active_attempt(attempt_id, key, 1, 1, holder, row[len(OUTCOME_COLUMNS)],
+                                  context, out.created_at)
         return Claim(ClaimStatus.STARTED, out, attempt=attempt)
 
     def finish_clear(self, attempt: AttemptRecord) -> OutcomeRecord | None:
@@ -518,22 +528,15 @@ class LedgerCore:
         """Attempt N+1 with the next fencing token; the outcome now points to it
         (``written``: the outcome row, just inserted, already does)."""
         number, fence = out.attempts + 1, out.fence + 1
-        attempt_id = attempt_id or new_attempt_id()
+        attempt = _active_attempt(attempt_id or new_attempt_id(), out.key, number, fence,
+                                  holder, tx.now + lease_seconds, context, tx.now)
         tx.run(
             "INSERT INTO rs_attempts (id, outcome_key, number, fence, state, holder_host,"
             " holder_pid, holder_started, lease_expires, context, started_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (attempt_id, out.key, number, fence, AttemptState.ACTIVE.value, holder.host,
-             holder.pid, holder.started, tx.now + lease_seconds, dumps(dict(context or {})),
-             tx.now),
+            (attempt.id, out.key, number, fence, attempt.state, holder.host, holder.pid,
+             holder.started, attempt.lease_expires, dumps(attempt.context), tx.now),
         )
-        # the row just written, as a read would give it (no trigger writes rs_attempts)
-        attempt = attempt_from_row({
-            "id": attempt_id, "outcome_key": out.key, "number": number, "fence": fence,
-            "state": AttemptState.ACTIVE.value, "result": "", "holder_host": holder.host,
-            "holder_pid": holder.pid, "holder_started": holder.started,
-            "lease_expires": tx.now + lease_seconds, "context": dumps(dict(context or {})),
-            "started_at": tx.now, "ended_at": None})
         # the reason, "attempt N started: <holder>", is read back from the attempt's row
         # (rs_events, migration 12): stored as NULL
         events = [_event(tx, out.key, kind="attempt", to=AttemptState.ACTIVE, attempt=attempt,
@@ -542,7 +545,7 @@ class LedgerCore:
         state = out.state if out.state in PROGRESS_MARKS else _O.RUNNING
         out = self._set_outcome(
             tx, out, state, "", attempt=attempt, events=events, written=written,
-            extra={"fence": fence, "attempts": number, "current_attempt": attempt_id})
+            extra={"fence": fence, "attempts": number, "current_attempt": attempt.id})
         self._write_events(tx, events)
         return attempt, out
 
