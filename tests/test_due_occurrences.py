@@ -3,6 +3,9 @@ scheduler's clock a little ahead of ours; a job's zone is one every host reads a
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,7 +17,7 @@ import retrysafe
 from retrysafe.engine import Engine, close_all
 from retrysafe.errors import InvalidParameter
 from retrysafe.missed import EARLY, check_due, check_given_due
-from retrysafe.schedule import Schedule, format_occurrence, next_occurrence, occurrence_at
+from retrysafe.schedule import Schedule, format_occurrence, next_occurrence
 from retrysafe.states import ClaimStatus
 
 WARSAW = "Europe/Warsaw"
@@ -49,7 +52,10 @@ def _upcoming() -> str:
 
 
 def _latest() -> str:
-    return format_occurrence(DAILY, WARSAW, occurrence_at(DAILY, WARSAW, datetime.now(UTC)))
+    """The occurrence a run started now serves (the latest due one, or one due within
+    seconds)."""
+    schedule = Schedule.parse(DAILY, WARSAW)
+    return schedule.format(schedule.current_at(datetime.now(UTC)))
 
 
 # --- 1. begin and the Python API refuse an occurrence not due yet -------------------------
@@ -147,6 +153,62 @@ def test_the_engine_allows_the_same_tolerance(made: Home) -> None:
         with pytest.raises(InvalidParameter, match="not due yet"):
             check_given_due(job, given, canonical, now=at - early)
     check_given_due(job, {}, canonical, now=at - timedelta(days=1))  # left out: resolved
+
+
+def test_a_run_fired_early_serves_the_coming_occurrence() -> None:
+    """A scheduler firing Monday 07:00's run at 06:59:59 by our clock got the occurrence
+    before it: that one was done, so the run answered "already done" and Monday's never
+    ran. Up to EARLY before an occurrence a run serves it; a run further ahead still
+    serves the one before it (a retry of that one)."""
+    daily = Schedule.parse(DAILY, WARSAW)
+    at = datetime(2026, 11, 9, 6, tzinfo=UTC)  # 07:00 in Warsaw
+    for early in (timedelta(0), timedelta(microseconds=1), timedelta(seconds=1),
+                  timedelta(seconds=59), EARLY):
+        assert daily.format(daily.current_at(at - early)) == "2026-11-09T0700", early
+    for early in (EARLY + timedelta(seconds=1), timedelta(minutes=5), timedelta(hours=20)):
+        assert daily.format(daily.current_at(at - early)) == "2026-11-08T0700", early
+    assert daily.format(daily.current_at(at + timedelta(hours=23))) == "2026-11-09T0700"
+
+
+@pytest.mark.parametrize(("schedule", "lead"), [("* * * * *", 6), ("*/5 * * * *", 30),
+                                                ("0 * * * *", 60)])
+def test_the_lead_is_a_tenth_of_the_time_between_occurrences(schedule: str,
+                                                             lead: int) -> None:
+    """A job run every minute: a run that starts 50 seconds late (under load) is still
+    the late run of its own minute, not the next minute's; only one within 6 seconds of
+    the next minute is that one's. The lead is EARLY at most."""
+    parsed = Schedule.parse(schedule, None)
+    at = datetime(2026, 11, 9, 6, tzinfo=UTC)
+    coming = parsed.format(at)
+    before = parsed.format(parsed.latest_at_or_before(at - timedelta(seconds=1)))
+    assert parsed.format(parsed.current_at(at - timedelta(seconds=lead))) == coming
+    assert parsed.format(parsed.current_at(at - timedelta(seconds=lead + 1))) == before
+
+
+@pytest.mark.skipif(shutil.which("faketime") is None and os.environ.get("CI") != "true",
+                    reason="libfaketime (Debian package faketime) is not installed")
+def test_the_schedulers_run_a_second_early_runs_the_coming_occurrence(made: Home,
+                                                                      tmp_path: Path) -> None:
+    """End to end, the line a scheduler runs (no -p): Sunday's run is done; Monday's run,
+    fired at 06:59:59 Warsaw time by our clock, does Monday's occurrence (its command runs),
+    and a retry of it an hour later finds Monday's done."""
+    marks = tmp_path / "ran"
+    cmd = ["run", "j", "--", "sh", "-c", f'echo "$RETRYSAFE_OUTCOME_KEY" >> {marks}']
+
+    def at(when: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["faketime", "-f", f"@{when}", *made.cmd(*cmd)],
+                              env={**made.env, "TZ": "UTC"}, capture_output=True,
+                              text=True, timeout=60, check=False)
+
+    sunday = at("2026-11-08 06:00:05")  # 07:00:05 in Warsaw
+    assert sunday.returncode == 0, sunday.stderr
+    early = at("2026-11-09 05:59:59")
+    assert early.returncode == 0, early.stderr
+    assert early.stdout.startswith("done: j:2026-11-09T0700"), early.stdout
+    retry = at("2026-11-09 07:00:00")
+    assert retry.returncode == 0 and "already done" in retry.stdout, retry.stdout
+    assert retry.stdout.startswith("done: j:2026-11-09T0700"), retry.stdout
+    assert marks.read_text().split() == ["j:2026-11-08T0700", "j:2026-11-09T0700"]
 
 
 # --- 3. zones that are not zones, or not the scheduler's ---------------------------------

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retrysafe.errors import ConfigError, InvalidInput, InvalidParameter
+from retrysafe.missed import EARLY
 from retrysafe.schedule import (
     Schedule,
     check_schedule,
@@ -49,8 +50,8 @@ def test_run_at_the_exact_minute_is_that_occurrence() -> None:
     """The scheduler firing at 07:00:00 sharp derives 07:00, not the week before."""
     monday_7 = utc(2026, 12, 7, 6, 0)  # 07:00 in Warsaw (UTC+1 in winter)
     assert resolve_occurrence(WEEKLY, WARSAW, None, monday_7) == "2026-12-07T0700"
-    just_before = monday_7 - timedelta(microseconds=1)
-    assert resolve_occurrence(WEEKLY, WARSAW, None, just_before) == "2026-11-30T0700"
+    a_minute_before = monday_7 - timedelta(seconds=61)  # (a second early is 07:00's run)
+    assert resolve_occurrence(WEEKLY, WARSAW, None, a_minute_before) == "2026-11-30T0700"
 
 
 def test_time_zone_defaults_to_utc_not_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -326,7 +327,24 @@ def test_canonical_form_round_trips(schedule: str, tz: str, now: datetime) -> No
     text = format_occurrence(schedule, tz, occ)
     assert parse_occurrence(schedule, tz, text).astimezone(UTC) == occ.astimezone(UTC)
     assert resolve_occurrence(schedule, tz, text) == text
-    assert resolve_occurrence(schedule, tz, None, now) == text
+    served = resolve_occurrence(schedule, tz, None, now)
+    if served != text:  # a run started a little early for the coming occurrence serves it
+        coming = next_occurrence(schedule, tz, now)
+        assert served == format_occurrence(schedule, tz, coming)
+        assert timedelta(0) < coming.astimezone(UTC) - now <= EARLY
+
+
+@settings(max_examples=200, deadline=None)
+@given(schedule=st.sampled_from(SCHEDULES), tz=st.sampled_from(ZONES), now=instants,
+       lead=st.timedeltas(min_value=timedelta(0), max_value=timedelta(seconds=5)))
+def test_a_run_seconds_before_an_occurrence_serves_it(schedule: str, tz: str, now: datetime,
+                                                      lead: timedelta) -> None:
+    """Up to 5 seconds before any occurrence of these schedules (each at least a minute
+    from the one before it), across DST changes, a run serves that occurrence."""
+    coming = next_occurrence(schedule, tz, now)
+    started = coming.astimezone(UTC) - lead
+    assert resolve_occurrence(schedule, tz, None, started) == format_occurrence(schedule, tz,
+                                                                                coming)
 
 
 @settings(max_examples=100, deadline=None)

@@ -109,8 +109,9 @@ class Job:
     ) -> dict[str, str]:
         """Validate ``given`` against the declared types; returns canonical values.
 
-        An ``occurrence`` parameter may be omitted: it is then the latest
-        scheduled occurrence at ``now`` (the run a retry belongs to).
+        An ``occurrence`` parameter may be omitted: it is then the occurrence a run
+        started at ``now`` serves (the latest one, which a retry belongs to, or one due
+        within seconds: :meth:`~retrysafe.schedule.Schedule.current_at`).
         """
         extra = sorted(set(given) - set(self.params))
         if extra:

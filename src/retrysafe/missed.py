@@ -30,9 +30,11 @@ __all__ = ["EARLY", "GRACE", "MissedSlot", "Occurrence", "check_due", "check_giv
 GRACE = timedelta(minutes=15)
 
 EARLY = timedelta(seconds=60)
-"""How long before its time an occurrence named for a run is already due: a scheduler
-whose clock is a little ahead of this host's fires it a few seconds early, and that run
-must not be refused. One further ahead is not due yet (:func:`check_due`)."""
+"""How long before its time an occurrence is already due: a scheduler whose clock is a
+little ahead of this host's, or whose timer fires a little early, starts the run a few
+seconds before the occurrence it serves. Such a run serves the coming occurrence, not the
+one before it (:meth:`retrysafe.schedule.Schedule.current_at`), and an occurrence named
+for a run that early is not refused; one further ahead is not due yet (:func:`check_due`)."""
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from .errors import ConfigError, InvalidInput, InvalidParameter
+from .missed import EARLY
 
 __all__ = [
     "CYCLE_DAYS",
@@ -74,6 +75,11 @@ MAX_OCCURRENCES = 10_000
 """Most occurrences :func:`occurrences_between` lists before refusing."""
 
 DEFAULT_TZ = "UTC"
+
+EARLY_SHARE = 10
+"""A run serves the coming occurrence only when it is also within a tenth of the time
+between that occurrence and the one before it: 6 seconds for a job run every minute, so
+a run that starts late (as runs under load do) is never taken for the next one's."""
 
 # Nicknames understood by most cron implementations, OpenClaw's included.
 _NICKNAMES = {
@@ -329,6 +335,34 @@ class Schedule:
                 return candidate
             candidate = following
         return candidate  # the last occurrence the calendar holds
+
+    def current_at(self, instant: datetime) -> datetime:
+        """The occurrence a run started at ``instant`` serves (returned in the job's zone):
+        the latest at or before it, or the coming one when that is due within
+        :data:`EARLY`, and within a tenth of the time since the one before it. A run
+        fired a second early is the coming occurrence's run, not a second run of the
+        previous one (which, done, would be skipped, and the coming one never run)::
+
+            >>> s = Schedule.parse("0 7 * * 1", "Europe/Warsaw")
+            >>> s.format(s.current_at(datetime(2026, 12, 7, 5, 59, 58, tzinfo=UTC)))
+            '2026-12-07T0700'
+            >>> s.format(s.current_at(datetime(2026, 12, 7, 5, 58, tzinfo=UTC)))
+            '2026-11-30T0700'
+        """
+        utc = _utc(instant, "instant")
+        try:
+            coming = self._next_after(utc)
+        except CalendarEnds:
+            return self.latest_at_or_before(utc)
+        if coming - utc > EARLY:
+            return self.latest_at_or_before(utc)
+        try:
+            latest = self._latest_at_or_before(utc)
+        except CalendarEnds:  # none before: the coming one is the first
+            return coming.astimezone(self.zone)
+        if (coming - utc) * EARLY_SHARE > coming - latest:
+            return latest.astimezone(self.zone)
+        return coming.astimezone(self.zone)
 
     def _none_before(self, instant: datetime) -> CalendarEnds:
         return CalendarEnds(f"schedule {self.expression!r} has no occurrence at or before "
@@ -618,7 +652,8 @@ def resolve_occurrence(
     """The canonical occurrence text for an ``occurrence`` job parameter.
 
     ``value`` None means "the run this is": the latest occurrence at or before
-    ``now`` (default: the current time). A given ``value`` (a backfill) must
+    ``now`` (default: the current time), or the coming one when the run was started a
+    little early for it (:meth:`Schedule.current_at`). A given ``value`` (a backfill) must
     name a real occurrence and comes back in canonical form.
 
     Raises :class:`ConfigError` when the job has no schedule or a bad one, and
@@ -628,5 +663,5 @@ def resolve_occurrence(
         raise ConfigError("job has an occurrence parameter but no schedule")
     parsed = Schedule.parse(schedule, tz)
     if value is None:
-        return parsed.format(parsed.latest_at_or_before(now or datetime.now(UTC)))
+        return parsed.format(parsed.current_at(now or datetime.now(UTC)))
     return parsed.format(parsed.parse_value(value))

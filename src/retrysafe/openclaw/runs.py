@@ -3,12 +3,12 @@
 OpenClaw keeps one history line per run of an automation (``openclaw cron runs
 --json``: when it ran, ``ok``/``error``/``skipped``, the command's output as
 the summary); retrysafe keeps one outcome per occurrence. A run is joined to
-its outcome by the key it derived: the occurrence at or before the run's start
-(``runAtMs``) with the parameters the automation's command passes, the same
-rule ``retrysafe run`` follows. What we answered that run is read from the
-summary's own line (``done: ...``, ``busy: ...``, ``blocked: ...``). An
-automation whose parameters do not fit the job (a line made without ``-p``) is
-not joined: :func:`join_problem` says why.
+its outcome by the key it derived: the occurrence the run's start (``runAtMs``)
+serves (:meth:`~retrysafe.schedule.Schedule.current_at`) with the parameters the
+automation's command passes, the same rule ``retrysafe run`` follows. What we
+answered that run is read from the summary's own line (``done: ...``, ``busy:
+...``, ``blocked: ...``). An automation whose parameters do not fit the job (a
+line made without ``-p``) is not joined: :func:`join_problem` says why.
 """
 
 from __future__ import annotations
