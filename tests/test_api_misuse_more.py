@@ -239,3 +239,49 @@ def test_threads_starting_at_once_on_a_fresh_home_share_one_engine(tmp_path: Pat
             assert len(engines) == 1
         finally:
             close_all()
+
+
+def test_an_execute_that_cannot_take_the_step_key_never_ran_so_the_step_failed(
+        home: Path) -> None:
+    """``execute=lambda: ...`` (no parameter for the step key): Python refuses the call
+    before any of it runs. That left the step unknown ("may or may not have happened"),
+    and the outcome waited for a person to resolve what certainly never happened. Now
+    the step is failed, the TypeError is raised as it is, and the next run, with the
+    callable fixed, executes it."""
+    with pytest.raises(TypeError, match="positional argument"), \
+            retrysafe.start("report", {"week": "w1"}, home=home) as run:
+        run.effect("send", "message", execute=lambda: "sent")  # type: ignore[arg-type,misc]
+    outcome, steps = _states(home, "report:w1")
+    assert steps["send"][0] == "failed" and "never ran" in steps["send"][1], (outcome, steps)
+    sent: list[str] = []
+    with retrysafe.start("report", {"week": "w1"}, home=home) as run:
+        assert run.effect("send", "message", execute=lambda k: sent.append(k) or "id-1") == "id-1"
+    assert sent == ["report:w1/send"]
+    outcome, steps = _states(home, "report:w1")
+    assert outcome == "done" and steps["send"][0] == "done"
+
+
+def test_a_type_error_raised_inside_execute_still_leaves_the_step_unknown(home: Path) -> None:
+    """A TypeError from inside the callable (it ran, and may have acted first) is not
+    taken for a refused call: the step is unknown, as for any other error."""
+    def execute(key: str) -> str:
+        return key + 1  # type: ignore[operator]
+
+    with pytest.raises(retrysafe.StepUnknown), \
+            retrysafe.start("report", {"week": "w2"}, home=home) as run:
+        run.effect("send", "message", execute=execute)
+    assert _states(home, "report:w2")[1]["send"][0] == "unknown"
+
+
+def test_a_read_only_runs_dir_is_refused_not_a_folder_of_attempt_0(home: Path) -> None:
+    """``run.dir`` of a done outcome's read-only run named ``attempt-0``, a folder no
+    attempt ever had, for a caller to write into; it is refused as ``env()`` is, naming
+    the outcome's folder."""
+    with retrysafe.start("report", {"week": "w3"}, home=home) as run:
+        run.effect("send", "message", execute=lambda _k: "id-1")
+    with retrysafe.start("report", {"week": "w3"}, home=home) as run:
+        assert run.read_only
+        with pytest.raises(InvalidInput, match=r"is done; this run only reads and has no "
+                                               r"attempt folder \(the outcome's folder is "):
+            _ = run.dir
+    assert not list(home.glob("runs/report/*/attempt-0"))

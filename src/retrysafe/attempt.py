@@ -99,6 +99,24 @@ def _unfit_evidence(evidence: object) -> str:
     return f"{type(evidence).__name__} {shown[:100]}, not the evidence as text"
 
 
+def _never_called(exc: TypeError, execute: Callable[..., object], skey: str) -> bool:
+    """Did Python refuse to call ``execute`` with the step key (a callable taking no
+    argument, or two), so that none of it ran? Only when the error was raised at the call
+    itself (no frame of the callable in its traceback) and the callable's signature does
+    refuse one argument; one without a signature to read (a builtin) may have run."""
+    if exc.__traceback__ is None or exc.__traceback__.tb_next is not None:
+        return False
+    import inspect
+
+    try:
+        inspect.signature(execute).bind(skey)
+    except TypeError:
+        return True
+    except ValueError:  # no signature to read
+        return False
+    return False
+
+
 def _said(exc: BaseException) -> str:
     """What ``exc`` says, as text every ledger stores: a message given as bytes, or as
     text holding bytes that are not UTF-8 (lone surrogates), is escaped (``\\xff``), as
@@ -200,7 +218,13 @@ class Run:
 
     @property
     def dir(self) -> Path:
-        """This attempt's own folder (made now if it was left to be made on demand)."""
+        """This attempt's own folder (made now if it was left to be made on demand).
+        A read-only run has none: :class:`InvalidInput`, naming the outcome's folder
+        (a path to an attempt that never was would be written into)."""
+        if self.attempt is None:
+            raise InvalidInput(f"outcome {self.key} is done; this run only reads and has no "
+                               f"attempt folder (the outcome's folder is "
+                               f"{self.folder.outcome_dir})", key=self.key)
         return self.folder.ensure()
 
     @property
@@ -350,6 +374,10 @@ class Run:
         concurrent change is refused rather than overwritten.
         """
         skey = self._step_key(name, item)
+        if step is not None and step.state == _S.DONE and cause != BlockCause.ARTIFACT:
+            raise InvalidInput(f"step {name} of {self.key} is already done (evidence "
+                               f"{step.evidence!r}); it cannot be blocked",
+                               key=self.key, step=name, state=step.state)
         self._move(skey, _S.BLOCKED, name=name, item=item, expect=[step.state if step else None],
                    reason=reason, cause=cause, **fields)
         self._log(skey, "block", reason)
@@ -662,17 +690,17 @@ class Run:
             # refused before the external call: nothing happened
             self.mark_failed(name, f"invalid input: {_said(exc)}", item=item)
             raise
-        except BaseException as exc:
-            said = _said(exc)
-            reason = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
-            # the ledger may be the thing that failed; the running row says unknown anyway
-            with contextlib.suppress(Exception):
-                self.mark_unknown(name, reason, item=item)
-            if isinstance(exc, Exception):
-                raise StepUnknown(
-                    f"step {name} of {self.key} may or may not have happened ({reason}); "
-                    "the next run looks it up first",
-                    key=self.key, step=name, state=_S.UNKNOWN) from exc
+        except TypeError as exc:
+            if not _never_called(exc, execute, skey):
+                raise self._unknown_after(name, item, exc) from exc
+            # execute cannot take the step key: Python refused the call before it ran
+            self.mark_failed(name, f"execute could not be called, so it never ran: "
+                                   f"TypeError: {_said(exc)}", item=item)
+            raise
+        except Exception as exc:
+            raise self._unknown_after(name, item, exc) from exc
+        except BaseException as exc:  # (an interrupt, an exit: itself, once recorded)
+            self._unknown_after(name, item, exc)
             raise
         self._crash_point(name, "after-execute")
         unfit = _unfit_evidence(evidence)
@@ -687,6 +715,18 @@ class Run:
         self._record(skey, name, item, evidence)
         # no evidence is "", as every later read of the step gives it (the signature's str)
         return "" if evidence is None else evidence
+
+    def _unknown_after(self, name: str, item: str | None, exc: BaseException) -> StepUnknown:
+        """Mark the step unknown after ``execute`` raised ``exc`` (it may have acted first),
+        and say so."""
+        said = _said(exc)
+        reason = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+        # the ledger may be the thing that failed; the running row says unknown anyway
+        with contextlib.suppress(Exception):
+            self.mark_unknown(name, reason, item=item)
+        return StepUnknown(f"step {name} of {self.key} may or may not have happened ({reason}); "
+                           "the next run looks it up first",
+                           key=self.key, step=name, state=_S.UNKNOWN)
 
     # --- the same algorithm, one phase per call (the agent protocol) ----------------
 
@@ -837,11 +877,7 @@ class Run:
         if step is not None and step.state == _S.DONE and step.artifact:
             path = Path(step.artifact)
             if not path.is_file() or sha256_file(path) != step.checksum:
-                raise StepBlocked(
-                    self.key, name,
-                    f"accepted artifact {path} is missing or changed since it was accepted "
-                    f"(checksum {step.checksum}); restore it or resolve the step",
-                    BlockCause.ARTIFACT, target=step_ref(self.key, name, item))
+                raise self._artifact_lost(name, item, step, path)
             self._log(skey, "generate", "reused", artifact=str(path))
             self._bring(path, fname)
             return path
@@ -858,6 +894,24 @@ class Run:
         out = self._produce(skey, name, item, produce, self.dir / fname)
         self._accept(name, item, out, validate, provenance)
         return out
+
+    def _artifact_lost(self, name: str, item: str | None, step: StepRecord,
+                       path: Path) -> StepBlocked:
+        """The accepted artifact of generate step ``name`` is missing or changed: it is
+        never produced again on its own (what was delivered from it would differ from
+        what a retry delivers). In an attempt the step is recorded ``blocked`` (cause
+        ``artifact``), so the outcome waits for a human: restored as it was accepted,
+        the next run takes it back (:meth:`Engine.begin`); ``resolve --absent`` has it
+        produced again. A done outcome only reads: its artifact can only be restored."""
+        reason = (f"accepted artifact {path} is missing or changed since it was accepted "
+                  f"(checksum {step.checksum})")
+        if self.read_only:
+            restore = f"restore {path} as it was accepted (checksum {step.checksum})"
+            return StepBlocked(self.key, name, f"{reason}; the outcome is done, so its "
+                               "artifacts are only read", BlockCause.ARTIFACT,
+                               target=step_ref(self.key, name, item), unblock=restore)
+        return self.block(name, item, step, f"{reason}; restore it as it was, or have it "
+                          "produced again", BlockCause.ARTIFACT)
 
     def artifact_file(self, name: str, item: str | None, filename: str | None = None) -> str:
         """The file name in the attempt folder of generate step ``name`` (``item``):

@@ -243,6 +243,26 @@ class Engine:
         return Run(self.ledger, self.config.settings, job, attempt, outcome,
                    folder_on_demand=folder_on_demand, steps=steps)
 
+    def _take_back_restored(self, out: OutcomeRecord, steps: Sequence[StepRecord]) -> None:
+        """A generate step blocked because its accepted artifact was missing or changed
+        (attempt.py) is settled as found, with its accepted checksum, once the file is
+        back as it was accepted: restoring it is the way out the block names, and the
+        claim that follows then finds the outcome settled, not blocked."""
+        from .fsio import sha256_file
+
+        for step in steps:
+            if step.state != StepState.BLOCKED or step.cause != BlockCause.ARTIFACT \
+                    or not step.artifact or not step.checksum:
+                continue
+            path = Path(step.artifact)
+            try:
+                intact = path.is_file() and sha256_file(path) == step.checksum
+            except OSError:
+                intact = False
+            if intact:
+                self.ledger.resolve(out.key, step.step_key, found=step.evidence or step.checksum,
+                                    actor="retrysafe", note=f"accepted artifact {path} restored")
+
     def begin(
         self,
         job: str,
@@ -270,6 +290,8 @@ class Engine:
         if known is not None and known.state == OutcomeState.DONE and known.job == spec.name:
             return Start(ClaimStatus.DONE, key, known, None, Claim(ClaimStatus.DONE, known),
                          steps=tuple(steps))
+        if known is not None and known.state == OutcomeState.BLOCKED:
+            self._take_back_restored(known, steps)
         if known is not None and known.current_attempt:
             # a Run of this process on it that is garbage is collected now, not inside the
             # claim's transaction (process.held)

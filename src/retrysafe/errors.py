@@ -302,8 +302,9 @@ class StepBlocked(OutcomeBlocked):
 
     def __init__(self, key: str, step: str, reason: str,
                  cause: BlockCause | str = BlockCause.AMBIGUOUS, *, target: str | None = None,
-                 evidence: str | None = None) -> None:
-        unblock = unblock_command(cause, key, target or step, evidence=evidence)
+                 evidence: str | None = None, unblock: str | None = None) -> None:
+        # ``unblock``: what a human does when no command can (a done outcome's lost artifact)
+        unblock = unblock or unblock_command(cause, key, target or step, evidence=evidence)
         super().__init__(key, reason, cause=cause, unblock=unblock, step=step,
                          message=f"step {step} of {key} is blocked: {reason}; to unblock: {unblock}")
 

@@ -132,7 +132,9 @@ STEP_TRANSITIONS: dict[StepState, frozenset[StepState]] = {
     _S.FAILED: frozenset({_S.RUNNING, _S.BLOCKED, _S.PLANNED}),
     _S.UNKNOWN: frozenset({_S.DONE, _S.BLOCKED, _S.PLANNED, _S.RUNNING}),
     _S.BLOCKED: frozenset({_S.DONE, _S.PLANNED, _S.RUNNING}),
-    _S.DONE: frozenset(),
+    # done -> blocked: only a generate step whose accepted artifact a later attempt finds
+    # missing or changed (cause ``artifact``); every other done step is final
+    _S.DONE: frozenset({_S.BLOCKED}),
 }
 
 
