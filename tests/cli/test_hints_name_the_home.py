@@ -102,3 +102,22 @@ def test_a_line_kept_in_the_ledger_names_no_home(work: Path) -> None:
     reason = json.loads(status.stdout)["outcome"]["reason"]
     assert "retrysafe status pay:1" in reason and "retrysafe retry pay:1" in reason, reason
     assert "--home" not in reason
+
+
+def test_the_line_a_step_inside_the_run_prints_names_the_home_too(work: Path) -> None:
+    """The ``retrysafe step`` inside CMD has its home from the run's environment, not
+    from options, so its own line ("to unblock: retrysafe approve ...") named no home:
+    pasted in the user's shell, which has no such variable, it approved nothing there.
+    It names the run's home (not its config or ledger, which are that home's own)."""
+    step = f"{sys.executable} -m retrysafe step charge --class payment -- true"
+    blocked = _rs(work, "--home", "h", "run", "pay", "-p", "n=1", "--", "sh", "-c", step)
+    assert blocked.returncode == 3, blocked.stdout + blocked.stderr
+    said = [ln for ln in blocked.stderr.splitlines() if "to unblock: " in ln]
+    assert len(said) == 1, blocked.stderr
+    line = said[0].partition("to unblock: ")[2]
+    assert line == f"retrysafe --home {shlex.quote(str(work / 'h'))} approve pay:1 charge"
+    pasted = subprocess.run(["sh", "-c", line], cwd=work / "elsewhere", env=_env(),
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert pasted.returncode == 0, pasted.stdout + pasted.stderr
+    again = _rs(work, "--home", "h", "run", "pay", "-p", "n=1", "--", "sh", "-c", step)
+    assert again.returncode == 0, again.stdout + again.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -109,6 +110,27 @@ def _name_the_home(ctx: click.Context, home: str | None, config: str | None,
         from ..location import name_given
 
         name_given(given("home", home), given("config", config), given("ledger", ledger))
+    elif os.environ.get(envvars.ATTEMPT_ID) and os.environ.get(envvars.HOME):
+        _name_the_attempts_home()
+
+
+def _name_the_attempts_home() -> None:
+    """A command of an attempt (a ``retrysafe step`` in CMD) has its home, config and
+    ledger from the run that started it, not from the shell a line it prints is pasted
+    in: it names them, each unless it is the home's default (the config in the home,
+    its SQLite ledger there). A server's ledger whose password came apart from its URL
+    (``PGPASSWORD``) is left to the config, which names it whole."""
+    from ..location import CONFIG_NAME, name_given
+
+    env = os.environ.get
+    home = env(envvars.HOME, "")
+    config = env(envvars.CONFIG)
+    ledger = env(envvars.LEDGER)
+    if config and os.path.join(home, CONFIG_NAME) == config:
+        config = None
+    if ledger and (env("PGPASSWORD") or ledger == f"sqlite:///{home}/ledger.sqlite3"):
+        ledger = None
+    name_given(home, config, ledger)
 
 
 def main(argv: list[str] | None = None) -> None:
