@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from receivers import HttpReceiver
-from support import Home
 
 MAIL_HELPERS = Path(__file__).resolve().parent.parent / "connectors" / "email"
 
@@ -42,24 +41,3 @@ def mail_servers() -> Iterator[object]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"{exc}: scripts/setup --test installs them")  # never skipped in CI
         pytest.skip(str(exc))
-
-
-JOBS = """
-[jobs.pay]
-key = "pay:{n}"
-params = { n = "str" }
-max_attempts = 2
-
-[jobs.daily]
-key = "daily:{occurrence}"
-schedule = "0 7 * * *"
-tz = "UTC"
-params = { occurrence = "occurrence" }
-"""
-
-
-def configure(home: Home, notify: str, jobs: str = JOBS) -> Home:
-    """Write ``retrysafe.toml``: the ``[notify]`` tables given and the test jobs."""
-    home.path.mkdir(parents=True, exist_ok=True)
-    home.config(notify + "\n" + jobs)
-    return home

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import configure
+from notifyjobs import configure
 from support import Home
 
 

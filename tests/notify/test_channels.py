@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from conftest import configure
+from notifyjobs import configure
 from receivers import openclaw_calls, openclaw_stub, path_with
 from support import Home
 

@@ -13,7 +13,7 @@ import json
 import re
 
 import pytest
-from conftest import configure
+from notifyjobs import configure
 from receivers import HttpReceiver, closed_port
 from support import Home
 

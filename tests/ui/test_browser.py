@@ -9,7 +9,7 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
-from conftest import KEY, TOKEN, Server, Site
+from dashsite import KEY, TOKEN, Server, Site
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import KEY, TOKEN, Server, Site, start_server, stop_server
+from dashsite import KEY, TOKEN, Server, Site, start_server, stop_server
 from support import Home
 
 

@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from conftest import KEY, make_site, start_server, stop_server
+from dashsite import KEY, make_site, start_server, stop_server
 from prometheus_client.parser import text_string_to_metric_families
 from support import Home
 

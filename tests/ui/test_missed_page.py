@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import start_server, stop_server
+from dashsite import start_server, stop_server
 from support import Home
 
 CONFIG = """

@@ -11,7 +11,7 @@ import subprocess
 
 import httpx
 import pytest
-from conftest import KEY, Server, Site, make_site, start_server, stop_server
+from dashsite import KEY, Server, Site, make_site, start_server, stop_server
 from support import Home, can_map_an_unknown_uid
 
 
