@@ -27,6 +27,7 @@ from .effects import EffectClass, OnUnknown, parse_class, policy_for
 from .errors import (
     Busy,
     InvalidInput,
+    LedgerError,
     PayloadMismatch,
     RetrysafeError,
     StaleAttempt,
@@ -679,6 +680,12 @@ class Run:
         record the evidence, or what is known of the failure."""
         from .connectors.base import EffectFailed  # (not imported by a command's run)
 
+        gone = self.ledger.backend.gone()
+        if gone is not None:  # the intent just written is in no ledger anyone will read
+            raise LedgerError(f"{gone} while attempt {self.number} of {self.key} ran: step "
+                              f"{name} was not executed, since no ledger holds its intent; run "
+                              "again (on the ledger there now, it starts over)",
+                              key=self.key, step=name)
         try:
             evidence = execute(skey)
         except EffectFailed as exc:

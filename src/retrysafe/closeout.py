@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import Busy
+from .errors import Busy, LedgerError
 from .fsio import sha256_file
 from .ledger import AttemptRecord, Ledger, OutcomeRecord, StepRecord
 from .process import release
@@ -187,6 +187,7 @@ def close(run: ClosingRun, success: bool, reason: str = "") -> OutcomeRecord:
         # outcome without steps (the command was the work) is done only by this commit
         out = run.ledger.finish(attempt, state, why, cause=cause, accepted=state == _O.DONE,
                                 durable=not steps)
+    _refuse_if_gone(run, attempt)
     # terminal status first; the summary is a nicety written after it. Both, and the
     # log, are derived from the ledger just committed: replaced whole, not synced
     # (folders.py), so close-out costs the ledger's one durable commit
@@ -205,6 +206,24 @@ def close(run: ClosingRun, success: bool, reason: str = "") -> OutcomeRecord:
 
         notify_transition(run.ledger, run.job, out)
     return out
+
+
+def _refuse_if_gone(run: ClosingRun, attempt: AttemptRecord) -> None:
+    """The ledger file was deleted or replaced while the attempt ran (a home removed,
+    a copy put back): what it recorded, its close-out too, went to a file nobody will
+    read, so the next run starts over there. Said loudly, naming what this attempt
+    did (a step done here would be done again), instead of closing quietly."""
+    gone = run.ledger.backend.gone()
+    if gone is None:
+        return
+    done = [f"{s.name}{f' ({s.item})' if s.item else ''}: {s.evidence or 'done'}"
+            for s in run.ledger.steps(run.key) if s.attempt_id == attempt.id
+            and s.state == _S.DONE]
+    run.folder.close()
+    release(attempt.id)
+    did = f"; it did {', '.join(done)}, which a new run does again" if done else ""
+    raise LedgerError(f"{gone} while attempt {attempt.number} of {run.key} ran: what it "
+                      f"recorded is lost with that file{did}", key=run.key)
 
 
 def _accepted_name(ledger: Ledger, out: OutcomeRecord) -> str | None:

@@ -31,6 +31,7 @@ from .errors import (
     Busy,
     InvalidInput,
     InvalidParameter,
+    LedgerError,
     NotInAttempt,
     OutcomeBlocked,
     RetrysafeError,
@@ -521,7 +522,12 @@ class _Started:
         elif issubclass(kind, StaleAttempt):
             run.folder.close()
         else:
-            run.close(success=False, reason=f"{kind.__name__}: {exc}")
+            try:
+                run.close(success=False, reason=f"{kind.__name__}: {exc}")
+            except LedgerError:
+                if not isinstance(exc, LedgerError):
+                    raise
+                # (the ledger went away: the block's own error says what was not done)
 
 
 def start(

@@ -123,6 +123,12 @@ class Backend(ABC):
         applied: the error says so.
         """
 
+    def gone(self) -> str | None:
+        """Is the ledger this backend writes no longer the one its URL names (a SQLite
+        file deleted or replaced since it was opened, so what is written now is lost)?
+        What happened, or ``None``. A server cannot tell, and is never gone."""
+        return None
+
     def migration_lock(self) -> AbstractContextManager[Tx]:
         """The transaction migrations run in (PostgreSQL adds an advisory lock)."""
         return self.transaction(write=True)

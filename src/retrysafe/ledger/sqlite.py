@@ -169,6 +169,8 @@ class SqliteBackend(Backend):
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._busy: set[sqlite3.Connection] = set()
+        self._opened: tuple[int, int] | None = None
+        """the file the first connection opened (device, inode): :meth:`gone`"""
         """connections inside a transaction or statement now (a forked child leaves them)"""
         self._lock = threading.Lock()
         _OPEN.add(self)
@@ -204,6 +206,10 @@ class SqliteBackend(Backend):
             self._local.conn = conn
             with self._lock:
                 self._all.append(conn)
+                if self._opened is None:
+                    with contextlib.suppress(OSError):
+                        st = os.stat(self.path)
+                        self._opened = (st.st_dev, st.st_ino)
         return conn
 
     def _create_private(self) -> None:
@@ -269,6 +275,19 @@ class SqliteBackend(Backend):
                                       "nothing was changed")
         finally:
             conn.execute("PRAGMA foreign_keys = ON")
+
+    def gone(self) -> str | None:
+        # one stat: the open connections write to the inode they opened, which a deleted
+        # or replaced file (a home removed, a copy put back) no longer is
+        if self._opened is None:
+            return None
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return f"ledger {self.path} was deleted"
+        if (st.st_dev, st.st_ino) != self._opened:
+            return f"ledger {self.path} was replaced by another file"
+        return None
 
     def has_table(self, tx: Tx, name: str) -> bool:
         return tx.one("SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = ?",
