@@ -96,19 +96,14 @@ def stored_command(key: str, attempts: Sequence[AttemptRecord]) -> tuple[list[st
 
 def check_occurrence_due(engine: Engine, job_name: str, params: Mapping[str, str]) -> None:
     """An occurrence named with ``-p`` must be due: one in the future is refused (exit 2)
-    before anything is recorded, by the rule ``missed`` follows (:func:`retrysafe.missed.
-    check_due`). Without ``-p`` the occurrence is the latest due one, so always due."""
-    from ..keys import SCHEDULE_TYPES
-
+    before anything is recorded, or caught up, by the check every claim makes
+    (:func:`retrysafe.missed.check_given_due`). Without ``-p`` the occurrence is the one
+    the run serves, so always due."""
     job = engine.config.job(job_name)
-    named = [n for n, kind in job.params.items() if kind in SCHEDULE_TYPES and n in params]
-    if not named or not job.schedule:
-        return
-    from ..missed import check_due
-    from ..schedule import Schedule
+    if job.schedule:
+        from ..missed import check_given_due
 
-    canonical = job.resolve_params(params)  # the value checked as every run checks it
-    check_due(job_name, Schedule.parse(job.schedule, job.tz), canonical[named[0]])
+        check_given_due(job, params, job.resolve_params(params))
 
 
 def _check_startable(argv0: str, cwd: str) -> None:
