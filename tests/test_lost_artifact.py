@@ -154,3 +154,22 @@ def test_blocking_a_done_step_for_another_cause_is_refused_in_python(made: Home)
         run.generate("draft", lambda out: out.write_text("unused"))
         run.effect("send", "local_write", execute=lambda _k: "msg-1")
     close_all()
+
+
+def test_a_restored_artifact_settled_by_another_run_first_is_no_error(made: Home) -> None:
+    """Two runs find the restored file at once: the one that settles the step second finds
+    it done already, and goes on to its claim instead of failing."""
+    path = _first_take_then_edited(made)
+    with pytest.raises(StepBlocked):
+        _attempt(made, "second take", send="msg-1")
+    path.write_text("first take")
+    engine = retrysafe.Engine.open(made.path, ledger=made.ledger)
+    try:
+        known, steps = engine.ledger.outcome_and_steps(KEY)
+        assert known is not None and known.state == "blocked"
+        engine._take_back_restored(known, steps)  # the first run's settling
+        engine._take_back_restored(known, steps)  # the second, from what it read before
+        assert engine.ledger.step(f"{KEY}/draft").state == "done"  # type: ignore[union-attr]
+    finally:
+        engine.close()
+    assert _attempt(made, "second take", send="msg-1") == path
