@@ -214,12 +214,15 @@ def test_a_blocked_step_says_its_cause_and_an_unblock_command_quoted_for_the_she
         run.effect("post", "publish", execute=explode, lookup=lambda k: Ambiguous("two drafts"))
     assert err.value.cause is BlockCause.AMBIGUOUS
     words = shlex.split(err.value.unblock.split(" | ")[0].replace("<EVIDENCE>", "EVIDENCE"))
-    assert words == ["retrysafe", "resolve", f"team:{name}", "post", "--found", "EVIDENCE"]
+    # (the home given to start() is named: pasted in a shell, the line acts on it)
+    home = ["--home", str(tmp_path)]
+    assert words == ["retrysafe", *home, "resolve", f"team:{name}", "post", "--found", "EVIDENCE"]
     with pytest.raises(ApprovalRequired) as approval, \
             retrysafe.start("team", {"name": "x"}, home=tmp_path) as run:
         run.effect("charge", "payment", execute=lambda k: "ch_1")
     assert approval.value.cause is BlockCause.APPROVAL
-    assert shlex.split(approval.value.unblock) == ["retrysafe", "approve", "team:x", "charge"]
+    assert shlex.split(approval.value.unblock) == ["retrysafe", *home, "approve", "team:x",
+                                                   "charge"]
     with retrysafe.Engine.open(tmp_path) as engine:
         step = engine.ledger.step("team:x/charge")
         assert step is not None and (step.state, step.cause) == ("blocked", "approval")

@@ -18,6 +18,7 @@ import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from contextvars import Token
 from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -26,6 +27,7 @@ from . import envvars
 from .attempt import Run
 from .config import Config, Job, ensure_home, load_config
 from .errors import (
+    NAMED,
     AttemptNotActive,
     AttemptsExhausted,
     Busy,
@@ -135,6 +137,9 @@ class Engine:
         self.config = config
         self._ledger = ledger
         self._home_made = False  # ensure_home once per engine, not per outcome
+        self.named: tuple[str, ...] = ()
+        """the global options naming the home, config and ledger :meth:`open` was given,
+        which the commands printed inside :meth:`start` repeat (``errors.NAMED``)"""
         # (job, its parameters as given) -> the outcome key and the canonical parameters,
         # for jobs whose parameters do not depend on the clock (outcome_key)
         self._keys: dict[tuple[object, ...], tuple[str, dict[str, str]]] = {}
@@ -146,7 +151,12 @@ class Engine:
         config: str | os.PathLike[str] | None = None,
         ledger: str | None = None,
     ) -> Engine:
-        return cls(load_config(home, config, ledger))
+        engine = cls(load_config(home, config, ledger))
+        if home is not None or config is not None or ledger is not None:
+            from .location import given_options
+
+            engine.named = given_options(home, config, ledger)
+        return engine
 
     @property
     def home(self) -> Path:
@@ -492,14 +502,30 @@ class _Started:
     closes the attempt out: ``done`` as its steps say, or, after an exception, what
     they say then. A stale attempt closes its files and writes nothing."""
 
-    __slots__ = ("engine", "heartbeat", "job", "params", "run")
+    __slots__ = ("engine", "heartbeat", "job", "named", "params", "run")
 
     def __init__(self, engine: Engine, job: str, params: Mapping[str, str],
                  heartbeat: bool) -> None:
         self.engine, self.job, self.params, self.heartbeat = engine, job, params, heartbeat
         self.run: Run | None = None
+        self.named: Token[tuple[str, ...] | None] | None = None
 
     def __enter__(self) -> Run:
+        if self.engine.named:  # the commands printed inside name the home the caller named
+            self.named = NAMED.set(self.engine.named)
+        try:
+            return self._enter()
+        except BaseException:
+            self._unname()
+            raise
+
+    def _unname(self) -> None:
+        token, self.named = self.named, None
+        if token is not None:
+            with contextlib.suppress(ValueError):  # (left in another context)
+                NAMED.reset(token)
+
+    def _enter(self) -> Run:
         engine = self.engine
         begun = engine.begin(self.job, self.params, folder=False)
         if begun.status is ClaimStatus.DONE:
@@ -517,6 +543,12 @@ class _Started:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: object) -> None:
+        try:
+            self._exit(kind, exc)
+        finally:
+            self._unname()
+
+    def _exit(self, kind: type[BaseException] | None, exc: BaseException | None) -> None:
         run, self.run = self.run, None
         if run is None:  # a done outcome's read-only run: nothing to close
             return

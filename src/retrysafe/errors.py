@@ -7,6 +7,7 @@ and read the fields (key, step, state) instead of parsing the message.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import ClassVar
 
 from .states import BlockCause
@@ -217,6 +218,10 @@ class AttemptNotActive(StaleAttempt):
 _GIVEN: tuple[str, ...] = ()
 """The ``--home``/``--config``/``--ledger`` this process was given on its command line
 (:func:`name_the_home`), which every command it prints names again."""
+NAMED: ContextVar[tuple[str, ...] | None] = ContextVar("retrysafe_named", default=None)
+"""The same options for the code running now, when it is not the process's: inside a
+``with retrysafe.start(..., home=...)`` block, the home the Python caller named
+(``engine._Started``), so an error's ``unblock`` pasted in a shell acts on that home."""
 
 
 def name_the_home(options: tuple[str, ...]) -> None:
@@ -236,7 +241,8 @@ def command_line(verb: str, *args: str, options: str = "", kept: bool = False) -
     from shlex import quote
 
     words = " ".join(quote(a) for a in args)
-    verb = " ".join([*(quote(o) for o in ([] if kept else _GIVEN)), verb])
+    named = () if kept else NAMED.get()
+    verb = " ".join([*(quote(o) for o in (_GIVEN if named is None else named)), verb])
     if any(a.startswith("-") for a in args):
         return f"retrysafe {verb} {options + ' ' if options else ''}-- {words}"
     return f"retrysafe {verb} {words}{' ' + options if options else ''}"

@@ -57,6 +57,13 @@ def name_given(home: str | None, config: str | None, ledger: str | None) -> None
     is left out (printed, it would leak)."""
     from .errors import name_the_home
 
+    name_the_home(given_options(home, config, ledger))
+
+
+def given_options(home: str | os.PathLike[str] | None, config: str | os.PathLike[str] | None,
+                  ledger: str | None) -> tuple[str, ...]:
+    """The global options naming ``home``, ``config`` and ``ledger`` (those given),
+    absolute, as a printed command repeats them (:func:`name_given`)."""
     options: list[str] = []
     if home:
         options += ["--home", str(Path(home).expanduser().absolute())]
@@ -68,7 +75,7 @@ def name_given(home: str | None, config: str | None, ledger: str | None) -> None
         url = anchored(ledger, Path.cwd())
         if mask(url) == url:
             options += ["--ledger", url]
-    name_the_home(tuple(options))
+    return tuple(options)
 
 
 def anchored(url: str, base: Path) -> str:

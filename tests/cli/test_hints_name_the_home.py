@@ -121,3 +121,32 @@ def test_the_line_a_step_inside_the_run_prints_names_the_home_too(work: Path) ->
     assert pasted.returncode == 0, pasted.stdout + pasted.stderr
     again = _rs(work, "--home", "h", "run", "pay", "-p", "n=1", "--", "sh", "-c", step)
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_the_python_apis_unblock_names_the_home_start_was_given(work: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``retrysafe.start(..., home=...)``: the ``unblock`` of its error named no home, so
+    the line a program printed for a person acted, pasted, on another home. It names the
+    one the caller gave (a home from the variable is not repeated), and only inside the
+    block: a line printed after it is as before."""
+    import retrysafe
+    from retrysafe.engine import close_all
+    from retrysafe.errors import ApprovalRequired
+
+    try:
+        with pytest.raises(ApprovalRequired) as caught, \
+                retrysafe.start("pay", {"n": "1"}, home=work / "h", heartbeat=False) as run:
+            run.effect("charge", "payment", execute=lambda _k: "ch_1")
+        assert command_line("status", "pay:1") == "retrysafe status pay:1"  # after the block
+        line = caught.value.unblock
+        assert line == f"retrysafe --home {shlex.quote(str(work / 'h'))} approve pay:1 charge"
+        pasted = subprocess.run(["sh", "-c", line], cwd=work / "elsewhere", env=_env(),
+                                capture_output=True, text=True, timeout=60, check=False)
+        assert pasted.returncode == 0, pasted.stdout + pasted.stderr
+        monkeypatch.setenv("RETRYSAFE_HOME", str(work / "my home"))
+        with pytest.raises(ApprovalRequired) as from_env, \
+                retrysafe.start("pay", {"n": "1"}, heartbeat=False) as run:
+            run.effect("charge", "payment", execute=lambda _k: "ch_1")
+        assert from_env.value.unblock == "retrysafe approve pay:1 charge"
+    finally:
+        close_all()
