@@ -284,8 +284,8 @@ def test_agent_cannot_send_twice_in_a_turn_or_a_rerun(world: AgentWorld) -> None
     assert world.outcome(key)["attempts"] == [(1, "done")]
 
 
-def test_payment_waits_for_a_person_and_unanswered_is_blocked(world: AgentWorld) -> None:
-    """A payment call asks OpenClaw for a person's approval; nobody answers in a cron run,
+def test_payment_needs_a_person_and_a_cron_run_is_blocked(world: AgentWorld) -> None:
+    """A payment call asks OpenClaw for a person's approval; a cron run has nobody to ask,
     OpenClaw denies it, nothing is paid, and the ledger says who must do what."""
     job = world.add_agent_job("pay", "Pay supplier invoice 17. [script:pay]", "agent-pay")
     run = world.run_turn(job)
@@ -307,12 +307,12 @@ def test_agent_exec_sees_the_plugins_home(world: AgentWorld) -> None:
     assert result.strip() == f"home={world.home}", result
 
 
-def test_ambiguous_lookup_asks_a_person_and_unanswered_is_blocked(world: AgentWorld) -> None:
+def test_ambiguous_lookup_asks_for_a_person_and_a_cron_run_is_blocked(world: AgentWorld) -> None:
     """An earlier run of the occurrence died after posting may have happened (its step is
     unknown). The agent's post goes through the plugin: it runs the declared lookup, which
-    cannot tell (exit 2), so OpenClaw asks a person (requireApproval); nobody answers in a
-    cron run, OpenClaw denies it, nothing is posted, and the ledger says blocked with the
-    lookup's words and the line that settles it."""
+    cannot tell (exit 2), so the plugin asks for a person (requireApproval); a cron run has
+    nobody to ask, so OpenClaw denies it at once, nothing is posted, and the ledger says
+    blocked with the lookup's words and the line that settles it."""
     key = f"agent-notify:{resolve_occurrence(SCHEDULE, TZ, None)}"
     rs = str(world.gateway.scratch / "bin" / "retrysafe")
 
@@ -333,7 +333,6 @@ def test_ambiguous_lookup_asks_a_person_and_unanswered_is_blocked(world: AgentWo
 
     job = world.add_agent_job("notify", "Post tonight's maintenance notice. [script:notify]",
                               "agent-notify")
-    started = time.monotonic()
     run = world.run_turn(job)
     assert world.lines("feed.txt") == []
     ledger = world.outcome(key)
@@ -341,16 +340,17 @@ def test_ambiguous_lookup_asks_a_person_and_unanswered_is_blocked(world: AgentWo
     assert state == "blocked" and evidence is None, ledger
     (result,) = world.model.tool_results("notify")
     assert "notify.sh" not in result and "post-" not in result, result
-    # the request reached OpenClaw's approvals and waited its timeout (3 s) for a person
+    # the request reached OpenClaw's approvals, which deny it at once in a cron run (no
+    # person can be asked there), not after approvalTimeoutMs
     log = (world.gateway.scratch / "gateway.log").read_text(errors="replace")
-    assert "Settle " in log or "approval" in log.lower(), log[-3000:]
-    assert time.monotonic() - started >= 3
+    assert "cron runs have no approval-capable initiating surface" in log, log[-3000:]
     status = subprocess.run([rs, "--home", str(world.home), "status", key, "--json"],
                             env=world.gateway.env, capture_output=True, text=True, timeout=120,
                             check=False)
     shown = json.dumps(_doc(status.stdout))
     assert "two posts titled maintenance tonight" in shown, shown
-    assert f"retrysafe resolve {key} notify" in shown, shown
+    # status was asked with --home: the printed unblock names that home, so it pastes anywhere
+    assert f"retrysafe --home {world.home} resolve {key} notify --found" in shown, shown
     assert run["status"] in ("ok", "error"), run
 
 

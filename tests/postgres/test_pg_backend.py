@@ -305,6 +305,54 @@ def test_a_write_transaction_keeps_the_servers_clock(pg_db: str) -> None:
         backend.close()
 
 
+def test_a_lazy_statement_skips_the_flush_for_itself_only(pg_db: str) -> None:
+    """``lazy_commit_sql`` inside a statement run on its own (the one-trip claim)
+    turns the wait for the WAL flush off for that statement's commit, and the
+    setting ends with it: the next statement on the same connection waits again."""
+    backend = PostgresBackend(pg_db)
+    try:
+        def setting(sql: str) -> str:
+            return str(backend.execute_rows(sql)[0][0])
+
+        before = setting("SELECT current_setting('synchronous_commit')")
+        assert before != "off"
+        assert setting(f"WITH z AS ({backend.lazy_commit_sql})"
+                       " SELECT current_setting('synchronous_commit') FROM z") == "off"
+        assert setting("SELECT current_setting('synchronous_commit')") == before
+    finally:
+        backend.close()
+
+
+def test_a_new_outcomes_claim_is_one_lazy_statement(pg_db: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new outcome's claim is one statement on its own (no BEGIN, no COMMIT: the server
+    prepares it once per connection), which skips the flush; a claim of a taken key
+    writes nothing and goes on to the full claim, which answers busy."""
+    ledger = open_ledger(pg_db)
+    try:
+        sent: list[str] = []
+        real = psycopg.Cursor.execute
+
+        def counted(self: psycopg.Cursor[Any], query: Any, *args: Any, **kw: Any) -> Any:
+            if str(query):  # not the pool's empty ping of an idle connection
+                sent.append(str(query))
+            return real(self, query, *args, **kw)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+        holder = Holder("host-a", 1001, "boot:1")
+        first = ledger.claim("job:1", job="job", params={}, holder=holder, lease_seconds=60,
+                             max_attempts=3, liveness=lambda _a, _r: (True, "alive"))
+        assert len(sent) == 1 and sent[0].startswith("WITH o AS (INSERT"), sent
+        assert PostgresBackend.lazy_commit_sql in sent[0] and "COMMIT" not in sent[0]
+        assert first.status == "started" and first.attempt is not None
+        assert ledger.outcome("job:1") == first.outcome
+        again = ledger.claim("job:1", job="job", params={}, holder=holder, lease_seconds=60,
+                             max_attempts=3, liveness=lambda _a, _r: (True, "alive"))
+        assert again.status == "busy" and again.attempt == first.attempt
+    finally:
+        ledger.close()
+
+
 def _count_messages(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], Any]:
     """The messages this thread sends from now on, and the real ``execute``."""
     sent: list[str] = []

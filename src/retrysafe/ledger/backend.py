@@ -76,6 +76,10 @@ class Backend(ABC):
     single_statement_moves: bool = False
     #: the database's clock as an SQL expression, in seconds since the epoch
     now_sql: str = ""
+    #: a query (one row) whose evaluation inside a statement run on its own (autocommit)
+    #: lets that statement's commit skip the wait for the disk, as
+    #: :meth:`transaction` ``durable=False`` does; "" where there is none
+    lazy_commit_sql: str = ""
     #: can the database crash while the processes using it live on (a server)? A
     #: commit that did not wait for the disk is then lost under a live holder, and
     #: an attempt whose holder lives is never taken over by another process

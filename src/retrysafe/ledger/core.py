@@ -155,11 +155,13 @@ _TO_DONE = tuple(s.value for s in _O if s != _O.DONE and can_move(OUTCOME_TRANSI
 
 
 @functools.lru_cache(maxsize=4)
-def _claim_new_sql(now: str) -> str:
+def _claim_new_sql(now: str, lazy: str = "") -> str:
     """A new outcome, claimed by attempt 1, as one statement (a server's one-trip claim,
     :meth:`LedgerCore.claim`): the outcome inserted unless its key is taken, its attempt
     and the two history rows the claim writes (attempt active, planned -> running), all
-    from the inserted row, so nothing is written when the key was taken. Parameters: the
+    from the inserted row, so nothing is written when the key was taken. ``lazy``: the
+    backend's :attr:`~retrysafe.ledger.backend.Backend.lazy_commit_sql`, evaluated with
+    the result so the statement's own commit does not wait for the disk. Parameters: the
     key, job, params, state and attempt id; the attempt's state, holder (host, pid,
     start) and lease seconds and context; the codes of the two history rows (kind, from,
     to). The result: the outcome's :data:`OUTCOME_COLUMNS` and the lease's end, or no
@@ -176,8 +178,9 @@ def _claim_new_sql(now: str) -> str:
         f"h AS (INSERT INTO rs_history ({moves.HISTORY_COLUMNS})"
         " SELECT o.id, '', o.created_at, 1, 1, '', v.kind, v.frm, v.too, v.reason"
         " FROM o, (VALUES (1, ?, ?, ?, NULL), (2, ?, ?, ?, '')) AS v (n, kind, frm, too, reason)"
-        " ORDER BY v.n)\n"
-        f"SELECT {outcome}, a.lease_expires FROM o, a")
+        " ORDER BY v.n)"
+        + (f",\nz AS ({lazy})\n" if lazy else "\n")
+        + f"SELECT {outcome}, a.lease_expires FROM o, a{', z' if lazy else ''}")
 
 
 @functools.lru_cache(maxsize=8)
@@ -454,18 +457,19 @@ class LedgerCore:
 
     def _claim_new(self, key: str, job: str, params: Mapping[str, str], holder: Holder,
                    lease_seconds: float, context: Mapping[str, str] | None) -> Claim | None:
-        """A server's claim of a new outcome in one round trip (BEGIN, one statement,
-        COMMIT): what :meth:`claim`'s insert and :meth:`_start_attempt` write, in the same
-        rows. ``None``: the key is taken, and nothing was written."""
+        """A server's claim of a new outcome in one round trip (one statement, committed
+        on its own without waiting for the disk, planned once per connection): what
+        :meth:`claim`'s insert and :meth:`_start_attempt` write, in the same rows.
+        ``None``: the key is taken, and nothing was written."""
         code, active = moves.CODES, AttemptState.ACTIVE.value
         ctx = dumps(dict(context or {}))
         attempt_id = new_attempt_id()
-        with self.backend.transaction(durable=False) as tx:
-            rows = tx.last_rows(_claim_new_sql(self.backend.now_sql), (
-                key, job, dumps(dict(params)), _O.RUNNING.value, attempt_id,
-                active, holder.host, holder.pid, holder.started, lease_seconds, ctx,
-                code["attempt"], code[""], code[active],
-                code["outcome"], code[_O.PLANNED.value], code[_O.RUNNING.value]))
+        backend = self.backend
+        rows = backend.execute_rows(_claim_new_sql(backend.now_sql, backend.lazy_commit_sql), (
+            key, job, dumps(dict(params)), _O.RUNNING.value, attempt_id,
+            active, holder.host, holder.pid, holder.started, lease_seconds, ctx,
+            code["attempt"], code[""], code[active],
+            code["outcome"], code[_O.PLANNED.value], code[_O.RUNNING.value]))
         if not rows:
             return None
         row = rows[0]

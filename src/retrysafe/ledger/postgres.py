@@ -296,6 +296,9 @@ class PostgresBackend(Backend):
     float_type = "DOUBLE PRECISION"
     single_statement_moves = True
     now_sql = "extract(epoch FROM now())"
+    # local to the transaction, which for a statement in autocommit is the statement:
+    # its commit does not wait for the WAL flush, and the setting ends with it
+    lazy_commit_sql = "SELECT set_config('synchronous_commit', 'off', true)"
     crashes_alone = True
 
     def __init__(self, url: str) -> None:

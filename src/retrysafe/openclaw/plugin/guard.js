@@ -138,8 +138,9 @@ export function createGuard(config = {}, { logger, run = runCli, lookup = runLoo
   const guards = config.guards ?? DEFAULT_GUARDS;
   const jobs = config.jobs ?? {};
   const timeoutMs = config.timeoutMs ?? 30_000;
-  // OpenClaw denies an approval nobody answers once this runs out; the step
-  // stays blocked in the ledger with its unblock line.
+  // OpenClaw denies an approval nobody answers once this runs out (a cron run's at
+  // once: nobody can be asked); the step stays blocked in the ledger with its
+  // unblock line.
   const approvalTimeoutMs = config.approvalTimeoutMs ?? 10 * 60_000;
   const attempts = new Map(); // run -> { key, attempt }
   const pending = new Map(); // toolCallId or run+step -> { key, step, attempt, cls, intended }
