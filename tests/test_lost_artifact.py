@@ -73,7 +73,7 @@ def test_a_changed_artifact_blocks_the_step_and_the_printed_command_works(made: 
     with pytest.raises(StepBlocked) as caught:
         _attempt(made, "second take", send="msg-1")
     err = caught.value
-    assert err.cause == "artifact" and "missing or changed" in err.reason
+    assert err.cause == "artifact" and "changed after it was accepted" in err.reason
     # the home (and a server's ledger) given to start() named, so the line pastes anywhere
     assert err.unblock.startswith(f"retrysafe --home {made.path} ")
     assert err.unblock.endswith(f" resolve {KEY} draft --absent")
@@ -175,3 +175,28 @@ def test_a_restored_artifact_settled_by_another_run_first_is_no_error(made: Home
     finally:
         engine.close()
     assert _attempt(made, "second take", send="msg-1") == path
+
+
+def test_every_reader_judges_an_artifact_the_same_way(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fsio.artifact_problem`` is the one judge of an accepted artifact (generate's
+    reuse, close-out, verify, the take-back of a restored one): missing, changed, or a
+    file that cannot be read, said in words, never an exception."""
+    from retrysafe import fsio
+
+    path = tmp_path / "draft.md"
+    assert fsio.artifact_problem(path, "sha256:00") == "is missing"
+    path.mkdir()
+    assert fsio.artifact_problem(path, "sha256:00") == "is missing"  # a folder is no artifact
+    path.rmdir()
+    path.write_text("accepted")
+    accepted = fsio.sha256_file(path)
+    assert fsio.artifact_problem(path, accepted) == ""
+    path.write_text("edited")
+    assert fsio.artifact_problem(path, accepted) == "changed after it was accepted"
+
+    def unreadable(_p: Path) -> str:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(fsio, "sha256_file", unreadable)
+    assert fsio.artifact_problem(path, accepted) == "cannot be read (Permission denied)"

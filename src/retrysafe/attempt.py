@@ -39,7 +39,7 @@ from .errors import (
 )
 from .evidence import Evidence, FieldValue
 from .folders import AttemptFolder
-from .fsio import atomic_copy, sha256_file
+from .fsio import artifact_problem, atomic_copy, sha256_file
 from .keys import check_name, slug, step_key, step_ref
 from .ledger import AttemptRecord, Ledger, OutcomeRecord, StepRecord
 from .process import hold, holder_gone, this_holder
@@ -883,8 +883,9 @@ class Run:
         step = self.ledger.step(skey)
         if step is not None and step.state == _S.DONE and step.artifact:
             path = Path(step.artifact)
-            if not path.is_file() or sha256_file(path) != step.checksum:
-                raise self._artifact_lost(name, item, step, path)
+            problem = artifact_problem(path, step.checksum)
+            if problem:
+                raise self._artifact_lost(name, item, step, path, problem)
             self._log(skey, "generate", "reused", artifact=str(path))
             self._bring(path, fname)
             return path
@@ -903,15 +904,14 @@ class Run:
         return out
 
     def _artifact_lost(self, name: str, item: str | None, step: StepRecord,
-                       path: Path) -> StepBlocked:
+                       path: Path, problem: str) -> StepBlocked:
         """The accepted artifact of generate step ``name`` is missing or changed: it is
         never produced again on its own (what was delivered from it would differ from
         what a retry delivers). In an attempt the step is recorded ``blocked`` (cause
         ``artifact``), so the outcome waits for a human: restored as it was accepted,
         the next run takes it back (:meth:`Engine.begin`); ``resolve --absent`` has it
         produced again. A done outcome only reads: its artifact can only be restored."""
-        reason = (f"accepted artifact {path} is missing or changed since it was accepted "
-                  f"(checksum {step.checksum})")
+        reason = f"accepted artifact {path} {problem} (checksum {step.checksum})"
         if self.read_only:
             restore = f"restore {path} as it was accepted (checksum {step.checksum})"
             return StepBlocked(self.key, name, f"{reason}; the outcome is done, so its "
@@ -1001,7 +1001,7 @@ class Run:
                provenance: Mapping[str, FieldValue] | None = None) -> Path | None:
         """Accept the artifact a dead attempt produced but never accepted, if intact."""
         path = Path(step.artifact or "")
-        if not path.is_file() or sha256_file(path) != step.checksum:
+        if artifact_problem(path, step.checksum):
             return None
         try:
             if validate is not None and not validate(path):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import Busy, LedgerError
-from .fsio import sha256_file
+from .fsio import artifact_problem
 from .ledger import AttemptRecord, Ledger, OutcomeRecord, StepRecord
 from .process import release
 from .states import BlockCause, OutcomeState, StepState
@@ -77,10 +77,9 @@ def _step_problems(steps: list[StepRecord]) -> tuple[list[str], list[str]]:
             open_steps.append(_not_done(step))
         elif step.kind == "generate" and step.artifact:
             path = Path(step.artifact)
-            if not path.is_file():
-                artifacts.append(f"artifact {path} of step {step.name} is missing")
-            elif sha256_file(path) != step.checksum:
-                artifacts.append(f"artifact {path} of step {step.name} changed after it was accepted")
+            problem = artifact_problem(path, step.checksum)
+            if problem:
+                artifacts.append(f"artifact {path} of step {step.name} {problem}")
     return open_steps, artifacts
 
 

@@ -132,7 +132,7 @@ class Job:
             if value is None:
                 raise InvalidParameter(
                     f"job {self.name!r}: missing parameter {name!r} ({type_name}); "
-                    f"pass -p {name}=VALUE"
+                    f"pass -p {name}=VALUE (from Python: params={{{name!r}: VALUE}})"
                 )
             out[name] = keys.validate_param(name, type_name, value)
         return out

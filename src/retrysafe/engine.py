@@ -259,18 +259,14 @@ class Engine:
         (attempt.py) is settled as found, with its accepted checksum, once the file is
         back as it was accepted: restoring it is the way out the block names, and the
         claim that follows then finds the outcome settled, not blocked."""
-        from .fsio import sha256_file
+        from .fsio import artifact_problem
 
         for step in steps:
             if step.state != StepState.BLOCKED or step.cause != BlockCause.ARTIFACT \
                     or not step.artifact or not step.checksum:
                 continue
             path = Path(step.artifact)
-            try:
-                intact = path.is_file() and sha256_file(path) == step.checksum
-            except OSError:
-                intact = False
-            if intact:
+            if not artifact_problem(path, step.checksum):
                 # (another run settling it first, or a person, leaves it moved: the claim
                 # that follows reads what stands)
                 with contextlib.suppress(InvalidInput, Busy):

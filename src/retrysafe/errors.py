@@ -245,7 +245,7 @@ def command_line(verb: str, *args: str, options: str = "", kept: bool = False) -
     verb = " ".join([*(quote(o) for o in (_GIVEN if named is None else named)), verb])
     if any(a.startswith("-") for a in args):
         return f"retrysafe {verb} {options + ' ' if options else ''}-- {words}"
-    return f"retrysafe {verb} {words}{' ' + options if options else ''}"
+    return " ".join(w for w in ("retrysafe", verb, words, options) if w)
 
 
 def unblock_command(cause: BlockCause | str, key: str, step: str | None = None, *,

@@ -35,6 +35,7 @@ __all__ = [
     "FOLDER_MODE",
     "JsonlAppender",
     "append_jsonl",
+    "artifact_problem",
     "atomic_copy",
     "atomic_write",
     "atomic_write_bytes",
@@ -358,3 +359,18 @@ def sha256_file(path: Path) -> str:
         while chunk := fh.read(1 << 20):
             digest.update(chunk)
     return "sha256:" + digest.hexdigest()
+
+
+def artifact_problem(path: Path, checksum: str | None) -> str:
+    """What is wrong with an accepted artifact, said after its path ("" when nothing is):
+    ``is missing`` (no regular file there), ``changed after it was accepted`` (its
+    checksum is not ``checksum``) or ``cannot be read (...)``. Every reader of an
+    artifact judges it here: a generate step reusing it, close-out, ``verify``, the
+    take-back of a restored one."""
+    if not path.is_file():
+        return "is missing"
+    try:
+        digest = sha256_file(path)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return "" if digest == checksum else "changed after it was accepted"

@@ -19,7 +19,7 @@ from .checks import run_shell_check
 from .connectors import build_connector
 from .evidence import fields_of
 from .folders import AttemptFolder
-from .fsio import sha256_file
+from .fsio import artifact_problem
 from .provenance import prompt_change
 
 if TYPE_CHECKING:
@@ -59,10 +59,10 @@ def verify_outcome(engine: Engine, key: str) -> list[Check]:
             continue
         if step.kind == "generate":
             path = Path(step.artifact or "")
-            if not path.is_file():
-                checks.append(Check(subject, False, f"artifact {path} is missing"))
-            elif sha256_file(path) != step.checksum:
-                checks.append(Check(subject, False, f"artifact {path} changed (recorded {step.checksum})"))
+            problem = artifact_problem(path, step.checksum)
+            if problem:
+                checks.append(Check(subject, False, f"artifact {path} {problem}"
+                                    f" (recorded {step.checksum})"))
             else:
                 checks.append(Check(subject, True, f"artifact {path.name} matches {step.checksum}"))
             fields = fields_of(step.evidence)

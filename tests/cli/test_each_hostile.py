@@ -75,7 +75,8 @@ def test_a_byte_order_mark_is_not_part_of_the_first_id(jobs: Home) -> None:
     [
         (["-p", "feed=Not A Slug"], "retrysafe: parameter 'feed': 'Not A Slug' is not a slug"),
         (["-p", "feed=blog", "-p", "nope=1"], "retrysafe: job 'feed-item': unknown parameter 'nope'"),
-        ([], "retrysafe: job 'feed-item': missing parameter 'feed' (slug); pass -p feed=VALUE"),
+        ([], "retrysafe: job 'feed-item': missing parameter 'feed' (slug); pass -p feed=VALUE "
+             "(from Python: params={'feed': VALUE})"),
     ],
 )
 @pytest.mark.parametrize("items", [b"a-1\na-2\na-3\n", b""])

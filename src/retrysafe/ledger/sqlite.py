@@ -49,6 +49,7 @@ from ..errors import (
     LedgerUnavailable,
     RetrysafeError,
     StorageFull,
+    command_line,
     not_text,
 )
 from .backend import Backend, Tx
@@ -65,6 +66,20 @@ and sync a quarter of the bytes for the same rows (a first run 20% faster at
 was created with."""
 WAL_AUTOCHECKPOINT_NORMAL = 10_000  # pages between checkpoints (10 MB of log at PAGE_SIZE)
 WAL_SIZE_LIMIT = 64 << 20  # bytes a log is cut back to once checkpointed (a reader held it longer)
+
+
+
+_LOW_SPACE = 4 * 1024 * 1024
+"""Free bytes below which an I/O error of the ledger is taken for a full disk."""
+
+
+def _free_bytes(path: Path) -> int | None:
+    """Bytes an unprivileged writer may still use where ``path`` lives (None: unknown)."""
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 class _SqliteTx(Tx):
@@ -223,8 +238,21 @@ class SqliteBackend(Backend):
 
     def _translate(self, exc: sqlite3.Error) -> RetrysafeError:
         text = str(exc)
-        if "disk is full" in text or "disk I/O error" in text:
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code == sqlite3.SQLITE_FULL or "disk is full" in text:
             return StorageFull(f"ledger {self.path}: {text}; free some space and run again")
+        if (code is not None and code & 0xFF == sqlite3.SQLITE_IOERR) or "disk I/O error" in text:
+            # a write that ran out of space can come back as an I/O error too: the free
+            # space tells the two apart
+            name = getattr(exc, "sqlite_errorname", "") or "SQLITE_IOERR"
+            free = _free_bytes(self.path)
+            if free is not None and free < _LOW_SPACE:
+                return StorageFull(f"ledger {self.path}: {text} ({name}) with "
+                                   f"{free // 1024} KiB free; free some space and run again")
+            return LedgerError(
+                f"ledger {self.path}: {text} ({name}): the disk or the file system failed "
+                "a read or a write; nothing more was recorded. Check the disk and the "
+                f"kernel log, then check the ledger: {command_line('doctor')}")
         if "locked" in text or "busy" in text:
             from .sqlite_locks import holder_text
 
