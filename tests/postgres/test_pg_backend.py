@@ -471,31 +471,3 @@ def test_doctor_on_a_database_without_the_ledger_creates_nothing(pg_db: str,
     with psycopg.connect(pg_db) as conn:
         assert conn.execute("SELECT count(*) FROM information_schema.tables"
                             " WHERE table_name LIKE 'rs\\_%'").fetchone() == (0,)
-
-
-def test_last_rows_is_one_message_with_the_commit(pg_db: str,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """``Tx.last_rows`` (a new outcome's claim): the BEGIN, the statement and the COMMIT
-    in one message, the statement's rows read from between them, the clock kept; a
-    statement that fails there takes the whole transaction with it."""
-    backend = PostgresBackend(pg_db)
-    try:
-        with backend.transaction() as tx:
-            tx.run("CREATE TABLE probe (v TEXT PRIMARY KEY, at DOUBLE PRECISION)")
-        sent, real = _count_messages(monkeypatch)
-        with backend.transaction(durable=False) as tx:
-            rows = tx.last_rows(
-                f"INSERT INTO probe (v, at) VALUES (?, {backend.now_sql}) RETURNING v, at",
-                ("a'; --",))
-            now = tx.now
-        assert len(sent) == 1 and sent[0].startswith("BEGIN"), sent
-        assert sent[0].rstrip().endswith("COMMIT")
-        assert [tuple(r) for r in rows] == [("a'; --", now)]
-        monkeypatch.setattr(psycopg.Connection, "execute", real)
-        with pytest.raises(LedgerError), backend.transaction() as tx:
-            with tx.final_writes():
-                tx.run("INSERT INTO probe (v, at) VALUES ('held', 1)")
-            tx.last_rows("INSERT INTO probe (v, at) VALUES (?, 1) RETURNING v", ("a'; --",))
-        assert backend.execute_rows("SELECT v FROM probe ORDER BY v") == [("a'; --",)]
-    finally:
-        backend.close()

@@ -52,12 +52,6 @@ class Tx(ABC):
         run them one by one, as without it."""
         return contextlib.nullcontext()
 
-    def last_rows(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
-        """The transaction's last statement, whose rows are read (as :meth:`tuples`): a
-        client-server backend sends it with the pending writes and the ``COMMIT``, one
-        round trip for a transaction decided by one statement. Nothing may run in the
-        transaction after it. In-process backends run it as :meth:`tuples`."""
-        return self.tuples(sql, params)
 
 
 

@@ -182,7 +182,6 @@ class _PgTx(Tx):
         self._holding = False  # inside final_writes: statements are kept for the COMMIT
         self._held: list[str] = []
         self._client: psycopg.ClientCursor[Any] | None = None
-        self._committed: str | None = None  # the COMMIT's answer, when last_rows sent it
 
     @property
     def now(self) -> float:
@@ -207,12 +206,11 @@ class _PgTx(Tx):
             self._client = psycopg.ClientCursor(self.conn)
         return self._client.mogrify(_driver_sql(sql), tuple(params))
 
-    def _send(self, sql: str | None, params: Sequence[Any], *, commit: bool = False,
-              rows_into: list[tuple[Any, ...]] | None = None) -> psycopg.Cursor[DictRow]:
+    def _send(self, sql: str | None, params: Sequence[Any], *,
+              commit: bool = False) -> psycopg.Cursor[DictRow]:
         """One round trip: the pending BEGIN and its clock, the held writes, ``sql``,
-        then the ``COMMIT`` when asked; the cursor is left at the last result
-        (``rows_into`` gets ``sql``'s rows, as tuples, on the way). A value that cannot
-        be bound is refused before anything changes."""
+        then the ``COMMIT`` when asked; the cursor is left at the last result. A value
+        that cannot be bound is refused before anything changes."""
         begin = self._begin
         parts = [begin, *self._held] if begin is not None else [*self._held]
         if sql is not None:
@@ -229,13 +227,8 @@ class _PgTx(Tx):
             row = cur.fetchone()
             assert row is not None
             self._now = float(row["now"])
-        while True:  # on to the last result (the rows before it, the last with any)
-            if rows_into is not None and _has_rows(cur):
-                by_position: psycopg.Cursor[Any] = cur
-                by_position.row_factory = tuple_row
-                rows_into[:] = by_position.fetchall()
-            if not cur.nextset():
-                break
+        while cur.nextset():  # on to the last result
+            pass
         return cur
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
@@ -264,20 +257,9 @@ class _PgTx(Tx):
         finally:
             self._holding = False
 
-    def last_rows(self, sql: str, params: Sequence[Any] = ()) -> Sequence[Sequence[Any]]:
-        if not self._write:
-            return self.tuples(sql, params)
-        # the pending BEGIN (its clock the first result with rows), the held writes,
-        # ``sql`` and the COMMIT: one message; ``sql``'s rows are the last rows before it
-        rows: list[tuple[Any, ...]] = []
-        self._committed = self._send(sql, params, commit=True, rows_into=rows).statusmessage
-        return rows
-
     def commit(self) -> str | None:
         """Send the held writes with the ``COMMIT``; the server's answer to it
         (``None``: the transaction never started, so there is nothing to commit)."""
-        if self._committed is not None:  # last_rows sent it
-            return self._committed
         if self._begin is not None and not self._held:
             return None
         return self._send(None, (), commit=True).statusmessage

@@ -68,7 +68,6 @@ WAL_AUTOCHECKPOINT_NORMAL = 10_000  # pages between checkpoints (10 MB of log at
 WAL_SIZE_LIMIT = 64 << 20  # bytes a log is cut back to once checkpointed (a reader held it longer)
 
 
-
 _LOW_SPACE = 4 * 1024 * 1024
 """Free bytes below which an I/O error of the ledger is taken for a full disk."""
 
