@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import (
@@ -155,22 +155,31 @@ _TO_DONE = tuple(s.value for s in _O if s != _O.DONE and can_move(OUTCOME_TRANSI
 
 
 @functools.lru_cache(maxsize=4)
-def _claim_new_sql(now: str, lazy: str = "") -> str:
+def _claim_new_sql(now: str, lazy: str = "", read: bool = False) -> str:
     """A new outcome, claimed by attempt 1, as one statement (a server's one-trip claim,
     :meth:`LedgerCore.claim`): the outcome inserted unless its key is taken, its attempt
     and the two history rows the claim writes (attempt active, planned -> running), all
-    from the inserted row, so nothing is written when the key was taken. ``lazy``: the
+    from the inserted row, so nothing is written when the key was taken (a key found
+    taken is not even tried: no row is formed, no id drawn). ``lazy``: the
     backend's :attr:`~retrysafe.ledger.backend.Backend.lazy_commit_sql`, evaluated with
     the result so the statement's own commit does not wait for the disk. Parameters: the
     key, job, params, state and attempt id; the attempt's state, holder (host, pid,
     start) and lease seconds and context; the codes of the two history rows (kind, from,
     to). The result: the outcome's :data:`OUTCOME_COLUMNS` and the lease's end, or no
-    row."""
+    row.
+
+    ``read``: a key that is taken is read instead, in the same statement (the key once
+    more as the last parameter): each row :data:`STEP_COLUMNS` and then the outcome's
+    columns and the lease's end, as :data:`_OUTCOME_AND_STEPS` reads them, the steps'
+    columns NULL on the claimed row and the lease's end NULL on a row read (the two are
+    told apart by it). A key another claim inserted after the statement began is
+    neither claimed nor read: no row."""
     outcome = ", ".join(f"o.{c}" for c in OUTCOME_COLUMNS)
     return (
         "WITH o AS (INSERT INTO rs_outcomes (key, job, params, state, fence, attempts,"
-        f" current_attempt, created_at, updated_at) VALUES (?, ?, ?, ?, 1, 1, ?, {now}, {now})"
-        " ON CONFLICT (key) DO NOTHING RETURNING *),\n"
+        " current_attempt, created_at, updated_at) SELECT * FROM (VALUES (?, ?, ?, ?, 1, 1, ?,"
+        f" {now}, {now})) v (key) WHERE NOT EXISTS (SELECT 1 FROM rs_outcomes t"
+        " WHERE t.key = v.key) ON CONFLICT (key) DO NOTHING RETURNING *),\n"
         "a AS (INSERT INTO rs_attempts (id, outcome_key, number, fence, state, holder_host,"
         " holder_pid, holder_started, lease_expires, context, started_at)"
         " SELECT o.current_attempt, o.key, 1, 1, ?, ?, ?, ?, o.created_at + ?, ?, o.created_at"
@@ -180,7 +189,12 @@ def _claim_new_sql(now: str, lazy: str = "") -> str:
         " FROM o, (VALUES (1, ?, ?, ?, NULL), (2, ?, ?, ?, '')) AS v (n, kind, frm, too, reason)"
         " ORDER BY v.n)"
         + (f",\nz AS ({lazy})\n" if lazy else "\n")
-        + f"SELECT {outcome}, a.lease_expires FROM o, a{', z' if lazy else ''}")
+        + ("SELECT " + "NULL, " * STEP_WIDTH if read else "SELECT ")
+        + f"{outcome}, a.lease_expires FROM o, a{', z' if lazy else ''}"
+        + ("\nUNION ALL\nSELECT " + ", ".join(f"s.{c}" for c in STEP_COLUMNS) + ", "
+           + ", ".join(f"k.{c}" for c in OUTCOME_COLUMNS) + ", NULL FROM rs_outcomes k"
+           " LEFT JOIN rs_steps s ON s.outcome_key = k.key"
+           " WHERE k.key = ? AND NOT EXISTS (SELECT 1 FROM o)" if read else ""))
 
 
 @functools.lru_cache(maxsize=8)
@@ -375,6 +389,7 @@ class LedgerCore:
         max_attempts: int,
         liveness: Liveness = lease_only,
         context: Mapping[str, str] | None = None,
+        taken: bool = False,
     ) -> Claim:
         """Start attempt N+1 at ``key`` unless it is done, blocked, or held by a live attempt.
 
@@ -389,8 +404,9 @@ class LedgerCore:
         (synced, before any effect) makes it durable, and a claim a power cut
         loses started nothing outside the ledger.
         """
-        taken = False  # a one-trip claim found the key taken
-        if max_attempts >= 1 and self.backend.single_statement_moves:
+        # a one-trip claim found the key taken (``taken``: the caller's already did,
+        # :meth:`claim_or_read`)
+        if max_attempts >= 1 and self.backend.single_statement_moves and not taken:
             started = self._claim_new(key, job, params, holder, lease_seconds, context)
             if started is not None:
                 return started
@@ -461,22 +477,55 @@ class LedgerCore:
         on its own without waiting for the disk, planned once per connection): what
         :meth:`claim`'s insert and :meth:`_start_attempt` write, in the same rows.
         ``None``: the key is taken, and nothing was written."""
-        code, active = moves.CODES, AttemptState.ACTIVE.value
-        ctx = dumps(dict(context or {}))
         attempt_id = new_attempt_id()
-        backend = self.backend
-        rows = backend.execute_rows(_claim_new_sql(backend.now_sql, backend.lazy_commit_sql), (
-            key, job, dumps(dict(params)), _O.RUNNING.value, attempt_id,
-            active, holder.host, holder.pid, holder.started, lease_seconds, ctx,
-            code["attempt"], code[""], code[active],
-            code["outcome"], code[_O.PLANNED.value], code[_O.RUNNING.value]))
+        rows = self._claim_new_rows(key, job, params, holder, lease_seconds, context,
+                                    attempt_id, read=False)
         if not rows:
             return None
-        row = rows[0]
-        out = outcome_from_values(row[:len(OUTCOME_COLUMNS)])
-        attempt = _active_attempt(attempt_id, key, 1, 1, holder, row[len(OUTCOME_COLUMNS)],
+        return self._claimed(rows[0], key, holder, context, attempt_id)
+
+    def _claim_new_rows(self, key: str, job: str, params: Mapping[str, str], holder: Holder,
+                        lease_seconds: float, context: Mapping[str, str] | None,
+                        attempt_id: str, *, read: bool) -> Sequence[Sequence[Any]]:
+        code, active = moves.CODES, AttemptState.ACTIVE.value
+        backend = self.backend
+        return backend.execute_rows(
+            _claim_new_sql(backend.now_sql, backend.lazy_commit_sql, read), (
+                key, job, dumps(dict(params)), _O.RUNNING.value, attempt_id,
+                active, holder.host, holder.pid, holder.started, lease_seconds,
+                dumps(dict(context or {})), code["attempt"], code[""], code[active],
+                code["outcome"], code[_O.PLANNED.value], code[_O.RUNNING.value],
+                *((key,) if read else ())))
+
+    @staticmethod
+    def _claimed(values: Sequence[Any], key: str, holder: Holder,
+                 context: Mapping[str, str] | None, attempt_id: str) -> Claim:
+        out = outcome_from_values(values[:len(OUTCOME_COLUMNS)])
+        attempt = _active_attempt(attempt_id, key, 1, 1, holder, values[len(OUTCOME_COLUMNS)],
                                   context, out.created_at)
         return Claim(ClaimStatus.STARTED, out, attempt=attempt)
+
+    def claim_or_read(
+        self, key: str, *, job: str, params: Mapping[str, str], holder: Holder,
+        lease_seconds: float, context: Mapping[str, str] | None = None,
+    ) -> tuple[Claim | None, OutcomeRecord | None, list[StepRecord]]:
+        """A server's first look at an outcome, in one round trip: a new outcome claimed
+        by attempt 1 (as :meth:`claim` claims it), else the outcome and its steps as
+        :meth:`outcome_and_steps` reads them, nothing written. ``(claim, None, [])``,
+        ``(None, outcome, steps)``, or ``(None, None, [])`` when another claim inserted
+        the key as this one ran (read it again). Only where
+        :attr:`~retrysafe.ledger.backend.Backend.single_statement_moves`; the caller
+        does what it does before a claim first, and with what was read, what it does
+        before :meth:`claim` (``taken=True``)."""
+        attempt_id = new_attempt_id()
+        rows = self._claim_new_rows(key, job, params, holder, lease_seconds, context,
+                                    attempt_id, read=True)
+        if not rows:
+            return None, None, []
+        if rows[0][-1] is not None:  # the lease's end: claimed
+            return self._claimed(rows[0][STEP_WIDTH:], key, holder, context, attempt_id), None, []
+        steps = [step_from_values(r) for r in rows if r[0] is not None]
+        return None, outcome_from_values(rows[0][STEP_WIDTH:-1]), steps
 
     def finish_clear(self, attempt: AttemptRecord) -> OutcomeRecord | None:
         """Close-out's shortcut on a server: finish ``attempt`` as ``done`` and accepted,

@@ -1,0 +1,190 @@
+"""A server's first look at an outcome (LedgerCore.claim_or_read): a new outcome is
+claimed by the first statement the Python API sends, a known one is read by it and
+nothing is written; what a begin checks before a claim still comes first."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from retrysafe.engine import Engine
+from retrysafe.errors import InvalidInput, InvalidParameter
+from retrysafe.ledger import Holder, open_ledger
+from retrysafe.schedule import format_occurrence, next_occurrence
+from retrysafe.states import ClaimStatus
+
+pytestmark = pytest.mark.postgres
+
+DAILY, WARSAW = "0 7 * * *", "Europe/Warsaw"
+CONFIG = f"""
+[jobs.j]
+key = "j:{{n}}"
+params = {{ n = "slug" }}
+
+[jobs.k]
+key = "j:{{n}}"
+params = {{ n = "slug" }}
+
+[jobs.s]
+key = "s:{{at}}"
+params = {{ at = "occurrence" }}
+schedule = "{DAILY}"
+tz = "{WARSAW}"
+"""
+
+
+@pytest.fixture
+def engine(pg_db: str, tmp_path: Path) -> Iterator[Engine]:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "retrysafe.toml").write_text(CONFIG, "utf-8")
+    with Engine.open(home, ledger=pg_db) as opened:
+        with opened.start("j", {"n": "warm"}) as run:  # the schema, a pooled connection
+            run.effect("send", "local_write", execute=lambda _k: "warm")
+        yield opened
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement this thread sends from now on (not the pool's empty ping)."""
+    out: list[str] = []
+    real = psycopg.Cursor.execute
+    here = threading.get_ident()
+
+    def counted(self: psycopg.Cursor[Any], query: Any, *args: Any, **kw: Any) -> Any:
+        if str(query) and threading.get_ident() == here:
+            out.append(str(query))
+        return real(self, query, *args, **kw)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    return out
+
+
+def test_a_new_outcome_is_claimed_by_the_first_statement(engine: Engine,
+                                                          sent: list[str]) -> None:
+    """No read before the claim: the claim, the intent, the record and the finish are
+    the four statements of a first run; the re-run is one statement, which writes
+    nothing and answers every step from what it read."""
+    calls: list[str] = []
+    with engine.start("j", {"n": "a"}) as run:
+        assert len(sent) == 1 and sent[0].startswith("WITH o AS (INSERT"), sent
+        run.effect("send", "local_write", execute=lambda _k: calls.append("sent") or "id-1")
+    assert len(sent) == 4, sent
+    history = engine.ledger.history("j:a")
+    sent.clear()
+    with engine.start("j", {"n": "a"}) as run:
+        assert run.effect("send", "local_write",
+                          execute=lambda _k: calls.append("again") or "id-2") == "id-1"
+    assert len(sent) == 1 and sent[0].startswith("WITH o AS (INSERT"), sent
+    assert calls == ["sent"]
+    assert engine.ledger.history("j:a") == history
+    assert engine.ledger.outcome("j:a").attempts == 1  # type: ignore[union-attr]
+
+
+def test_after_a_done_outcome_the_engine_reads_first_until_a_read_finds_a_new_one(
+        engine: Engine, sent: list[str]) -> None:
+    """A done outcome's read costs more inside the first look than alone, so an engine
+    that met one reads first: a new outcome then takes a read and a claim, and the one
+    after it is claimed by the first statement again."""
+    with engine.start("j", {"n": "warm"}):  # done (the fixture's)
+        pass
+    assert len(sent) == 1 and sent[0].startswith("WITH o AS (INSERT"), sent
+    for name, before_effect in (("warm", ["SELECT"]), ("e", ["SELECT", "WITH o AS (INSERT"]),
+                                ("f", ["WITH o AS (INSERT"])):
+        sent.clear()
+        with engine.start("j", {"n": name}) as run:
+            assert [q.split(" ", 3)[0] if q.startswith("SELECT") else q[:17] for q in sent] \
+                == before_effect, (name, sent)
+            run.effect("send", "local_write", execute=lambda _k: "ok")
+
+
+def test_a_known_outcome_is_read_and_claimed_as_before(engine: Engine) -> None:
+    """A failed outcome is read by the first look, then claimed by attempt 2 (the full
+    claim); an outcome held by a live attempt answers busy and writes nothing."""
+    with pytest.raises(RuntimeError), engine.start("j", {"n": "b"}) as run:
+        run.effect("send", "local_write", execute=lambda _k: "ok")
+        raise RuntimeError("boom")
+    ledger = engine.ledger
+    assert ledger.outcome("j:b").state == "failed"  # type: ignore[union-attr]
+    begun = engine.begin("j", {"n": "b"}, folder=False)
+    assert begun.status is ClaimStatus.STARTED and begun.claim.attempt is not None
+    assert begun.claim.attempt.number == 2
+    history = ledger.history("j:b")
+    busy = engine.begin("j", {"n": "b"}, folder=False)
+    assert busy.status is ClaimStatus.BUSY
+    assert ledger.history("j:b") == history
+    assert begun.run is not None
+    begun.run.close(success=False, reason="test")
+
+
+def test_a_key_another_job_holds_is_refused_and_nothing_is_written(engine: Engine) -> None:
+    """Two jobs whose rules render the same key: the first look reads the other job's
+    outcome, and the claim refuses it by name, done or not, writing nothing."""
+    with engine.start("j", {"n": "d"}) as run:
+        run.effect("send", "local_write", execute=lambda _k: "ok")
+    history = engine.ledger.history("j:d")
+    with pytest.raises(InvalidInput, match="belongs to job 'j', not 'k'"):
+        engine.begin("k", {"n": "d"}, folder=False)
+    assert engine.ledger.history("j:d") == history
+
+
+def test_a_done_occurrence_stays_done_when_the_clock_is_set_back(engine: Engine) -> None:
+    """The first look is not taken for an occurrence ahead of its time: a done one still
+    answers done (the read comes first), a new one is refused and nothing is written."""
+    at = format_occurrence(DAILY, WARSAW, next_occurrence(DAILY, WARSAW, datetime.now(UTC)))
+    ahead = datetime.now(UTC) + timedelta(days=2)  # its time has come, as far as we know
+    run = engine.begin("s", {"at": at}, now=ahead, folder=False).run
+    assert run is not None
+    run.effect("send", "local_write", execute=lambda _k: "ok")
+    run.close(success=True)
+    assert engine.ledger.outcome(f"s:{at}").state == "done"  # type: ignore[union-attr]
+    again = engine.begin("s", {"at": at}, folder=False)  # now: its time is still ahead
+    assert again.status is ClaimStatus.DONE
+    later = format_occurrence(DAILY, WARSAW, next_occurrence(DAILY, WARSAW, ahead))
+    with pytest.raises(InvalidParameter):
+        engine.begin("s", {"at": later}, folder=False)
+    assert engine.ledger.outcome(f"s:{later}") is None
+
+
+def test_a_key_inserted_while_the_first_look_ran_is_neither_claimed_nor_read(
+        pg_db: str, engine: Engine) -> None:
+    """Another claim's insert, committed after the statement began: the statement waits
+    for it, claims nothing and cannot read it (its snapshot is older), so it says so,
+    and a begin goes on to read the outcome and answer from it."""
+    ledger = open_ledger(pg_db)
+    try:
+        result: list[Any] = []
+        with psycopg.connect(pg_db) as other, psycopg.connect(pg_db, autocommit=True) as watch:
+            other.execute("INSERT INTO rs_outcomes (key, job, params, state, created_at,"
+                          " updated_at) VALUES ('j:c', 'j', '{\"n\":\"c\"}', 'planned', 0, 0)")
+            looker = threading.Thread(target=lambda: result.append(ledger.claim_or_read(
+                "j:c", job="j", params={"n": "c"}, holder=Holder("host", 1, "boot:1"),
+                lease_seconds=60)))
+            looker.start()
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # until it waits for the insert
+                waiting = watch.execute(  # (its own: a transaction reads activity once)
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE 'WITH o AS (INSERT%'").fetchone()
+                if waiting and waiting[0]:
+                    break
+                time.sleep(0.02)
+            other.commit()
+            looker.join(30)
+        assert result == [(None, None, [])]
+        out = ledger.outcome("j:c")
+        assert out is not None and out.state == "planned" and out.attempts == 0
+        begun = engine.begin("j", {"n": "c"}, folder=False)
+        assert begun.status is ClaimStatus.STARTED and begun.claim.attempt is not None
+        assert begun.claim.attempt.number == 1
+        assert begun.run is not None
+        begun.run.close(success=False, reason="test")
+    finally:
+        ledger.close()
