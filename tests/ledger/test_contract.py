@@ -399,12 +399,13 @@ def test_a_done_finish_the_outcome_refuses_writes_nothing(ledger: Ledger) -> Non
             ledger.history("job:1")) == before
 
 
-def test_close_out_s_one_trip_finish_takes_only_a_clear_outcome(ledger: Ledger) -> None:
-    """``finish_clear``: close-out's shortcut on a server. It finishes the attempt done
-    when every step is done and none holds an artifact whose file close-out would check;
-    otherwise it writes nothing and answers None, as it always does on SQLite, and
-    close-out reads and judges the steps as ever."""
-    server = ledger.backend.single_statement_moves
+def test_close_out_s_shortcut_finish_takes_only_a_clear_outcome(ledger: Ledger) -> None:
+    """``finish_clear``: close-out's shortcut (one round trip on a server, one
+    transaction without reading the steps first on SQLite). It finishes the attempt
+    done when some step is recorded, every step is done and none holds an artifact
+    whose file close-out would check; otherwise it writes nothing and answers None, and
+    close-out reads and judges the steps as ever. What it writes is what ``finish``
+    writes."""
     c = claim(ledger)
     assert c.attempt is not None
     ledger.move_step(c.attempt, "job:1/draft", "running", name="draft", kind="generate",
@@ -415,18 +416,57 @@ def test_close_out_s_one_trip_finish_takes_only_a_clear_outcome(ledger: Ledger) 
     assert ledger.finish_clear(c.attempt) is None  # an artifact to check
     assert (ledger.outcome("job:1"), ledger.history("job:1")) == before
 
-    second = claim(ledger, key="job:2")
-    assert second.attempt is not None
-    ledger.move_step(second.attempt, "job:2/send", "running", name="send", expect=[None])
-    assert ledger.finish_clear(second.attempt) is None  # a step still running
-    ledger.move_step(second.attempt, "job:2/send", "done", name="send", expect=["running"],
-                     evidence="id-2")
-    out = ledger.finish_clear(second.attempt)
-    if not server:
-        assert out is None and ledger.outcome("job:2").state == "running"  # type: ignore[union-attr]
-        return
-    assert out is not None and out == ledger.outcome("job:2")
-    assert (out.state, out.accepted_attempt, out.current_attempt) == (
-        "done", second.attempt.id, None)
-    assert [(e.kind, e.to_state) for e in ledger.history("job:2")][-2:] == [
-        ("attempt", "finished"), ("outcome", "done")]
+    # no step: the finish alone says done, so it must be synced, which on SQLite only
+    # the full finish does (a server syncs every finish: it takes it)
+    empty = claim(ledger, key="job:0")
+    assert empty.attempt is not None
+    before = (ledger.outcome("job:0"), ledger.history("job:0"))
+    if ledger.backend.crashes_alone:
+        assert ledger.finish_clear(empty.attempt) == ledger.outcome("job:0")
+        assert ledger.outcome("job:0").state == "done"  # type: ignore[union-attr]
+    else:
+        assert ledger.finish_clear(empty.attempt) is None
+        assert (ledger.outcome("job:0"), ledger.history("job:0")) == before
+
+    pairs = []
+    for key, shortcut in (("job:2", True), ("job:3", False)):
+        second = claim(ledger, key=key)
+        assert second.attempt is not None
+        ledger.move_step(second.attempt, f"{key}/send", "running", name="send", expect=[None])
+        before = (ledger.outcome(key), ledger.history(key))
+        assert ledger.finish_clear(second.attempt) is None  # a step still running
+        assert (ledger.outcome(key), ledger.history(key)) == before
+        ledger.move_step(second.attempt, f"{key}/send", "done", name="send",
+                         expect=["running"], evidence="id-2")
+        if shortcut:
+            out = ledger.finish_clear(second.attempt)
+        else:
+            out = ledger.finish(second.attempt, "done", accepted=True, durable=False)
+        assert out is not None and out == ledger.outcome(key)
+        assert (out.state, out.accepted_attempt, out.current_attempt) == (
+            "done", second.attempt.id, None)
+        assert ledger.attempt(second.attempt.id).state == "finished"  # type: ignore[union-attr]
+        pairs.append([(e.kind, e.from_state, e.to_state, e.actor, e.reason)
+                      for e in ledger.history(key)])
+    assert pairs[0] == pairs[1]
+    assert [row[:3] for row in pairs[0]][-2:] == [
+        ("attempt", "active", "finished"), ("outcome", "running", "done")]
+
+
+def test_close_out_s_shortcut_refuses_an_attempt_that_lost_its_fence(ledger: Ledger) -> None:
+    """An attempt taken over (its lease ran out, a newer claim holds the fence) is not
+    finished by the shortcut: nothing is written, and the full finish says why."""
+    c = claim(ledger, lease=0.001)
+    assert c.attempt is not None
+    ledger.move_step(c.attempt, "job:1/send", "running", name="send", expect=[None])
+    ledger.move_step(c.attempt, "job:1/send", "done", name="send", expect=["running"],
+                     evidence="id-1")
+    time.sleep(0.01)
+    newer = claim(ledger, holder=H2)
+    assert newer.status == "started"
+    before = (ledger.outcome("job:1"), ledger.attempt(c.attempt.id), ledger.history("job:1"))
+    assert ledger.finish_clear(c.attempt) is None
+    assert (ledger.outcome("job:1"), ledger.attempt(c.attempt.id),
+            ledger.history("job:1")) == before
+    with pytest.raises(StaleAttempt):
+        ledger.finish(c.attempt, "done", accepted=True)

@@ -197,6 +197,26 @@ def _claim_new_sql(now: str, lazy: str = "", read: bool = False) -> str:
            " WHERE k.key = ? AND NOT EXISTS (SELECT 1 FROM o)" if read else ""))
 
 
+_FINISH_CLEAR_HISTORY = (
+    f"INSERT INTO rs_history ({moves.HISTORY_COLUMNS})"
+    " SELECT o.id, '', ?, ?, ?, '', v.kind,"
+    f" CASE v.n WHEN 1 THEN v.frm ELSE {moves.word('o.state')} END, v.too, v.reason"
+    " FROM rs_outcomes o, (SELECT 1 AS n, ? AS kind, ? AS frm, ? AS too, ? AS reason"
+    " UNION ALL SELECT 2, ?, NULL, ?, '') AS v"
+    " WHERE o.key = ? AND o.fence = ? AND o.current_attempt = ?"
+    f" AND o.state IN ({', '.join('?' * len(_TO_DONE))})"
+    " AND EXISTS (SELECT 1 FROM rs_steps WHERE outcome_key = o.key)"
+    " AND NOT EXISTS (SELECT 1 FROM rs_steps WHERE outcome_key = o.key"
+    " AND (state <> ? OR COALESCE(artifact, '') <> '')) ORDER BY v.n")
+"""Close-out's shortcut on SQLite (:meth:`LedgerCore.finish_clear`): the two history
+rows of a finish as ``done`` (the attempt's, then the outcome's from its state now),
+written only while the attempt holds the outcome's fence, the outcome may be ``done``,
+some step is recorded and every step is ``done`` without an artifact. Parameters: the
+time, the attempt's number and fence; the attempt row's kind, from, to and reason; the
+outcome row's kind and to; the key, fence and attempt id; the states it may be done
+from; the ``done`` step state."""
+
+
 @functools.lru_cache(maxsize=8)
 def _finish_done_sql(now: str, unread: bool = False) -> str:
     """An attempt's finish as ``done`` and accepted, as one statement (a server's
@@ -528,14 +548,35 @@ class LedgerCore:
         return None, outcome_from_values(rows[0][STEP_WIDTH:-1]), steps
 
     def finish_clear(self, attempt: AttemptRecord) -> OutcomeRecord | None:
-        """Close-out's shortcut on a server: finish ``attempt`` as ``done`` and accepted,
-        durably, in one round trip, when every step of the outcome is ``done`` and none
-        holds an artifact to check, without close-out reading the steps first. ``None``:
-        not on this backend, or something stands in the way (then nothing was written,
-        and close-out reads the steps and judges as always)."""
-        if not self.backend.single_statement_moves:
-            return None
-        return self._finish_done(attempt, "", unread=True)
+        """Close-out's shortcut: finish ``attempt`` as ``done`` and accepted when every
+        step of the outcome is ``done`` and none holds an artifact to check, without
+        close-out reading the steps first. On a server, durably in one round trip; on
+        SQLite, in a transaction whose first statement writes only when the outcome is
+        clear, not synced (as :meth:`finish` with ``durable=False``: the steps' synced
+        records say what happened), and only when some step is recorded. ``None``:
+        something stands in the way (then nothing was written, and close-out reads the
+        steps and judges as always)."""
+        if self.backend.single_statement_moves:
+            return self._finish_done(attempt, "", unread=True)
+        done, finished = _O.DONE.value, AttemptState.FINISHED.value
+        code = moves.CODES
+        with self.backend.transaction(durable=False) as tx:
+            # the history rows first, from the outcome row as it stands: written only
+            # while it is clear, so a count of none leaves the transaction empty
+            if not tx.run(_FINISH_CLEAR_HISTORY, (
+                    tx.now, attempt.number, attempt.fence,
+                    code["attempt"], code[AttemptState.ACTIVE.value], code[finished],
+                    f"result {done}", code["outcome"], code[done],
+                    attempt.outcome_key, attempt.fence, attempt.id, *_TO_DONE, _S.DONE.value)):
+                return None
+            tx.run("UPDATE rs_attempts SET state = ?, result = ?, ended_at = ? WHERE id = ?",
+                   (finished, done, tx.now, attempt.id))
+            row = tx.one("UPDATE rs_outcomes SET state = ?, reason = '', cause = '',"
+                         " updated_at = ?, current_attempt = NULL, accepted_attempt = ?"
+                         " WHERE key = ? RETURNING *",
+                         (done, tx.now, attempt.id, attempt.outcome_key))
+            assert row is not None  # (locked since the history rows were written from it)
+            return outcome_from_row(row)
 
     def _finish_done(self, attempt: AttemptRecord, reason: str, *,
                      unread: bool = False) -> OutcomeRecord | None:
