@@ -158,9 +158,10 @@ def _verdict(steps: list[StepRecord], success: bool, reason: str,
 def close(run: ClosingRun, success: bool, reason: str = "") -> OutcomeRecord:
     """Close-out: ``done`` only when every check passes; otherwise what the steps say."""
     attempt = run._attempt()
-    # On a server, a success with nothing for close-out to check beyond the steps (no
-    # acceptance of the job's own, nothing stopped) is finished in one round trip that
-    # checks the steps itself; anything in its way and the steps are read and judged.
+    # A success with nothing for close-out to check beyond the steps (no acceptance of
+    # the job's own, nothing stopped) is finished by a write that checks the steps itself
+    # (on a server, in one round trip); anything in its way and the steps are read and
+    # judged.
     out = None
     if success and attempt.id not in _CUT and not run.job.expected_artifacts \
             and not run.job.accept:
