@@ -188,3 +188,40 @@ def test_a_key_inserted_while_the_first_look_ran_is_neither_claimed_nor_read(
         begun.run.close(success=False, reason="test")
     finally:
         ledger.close()
+
+
+def test_sixteen_engines_starting_one_new_outcome_at_once_start_one_attempt(
+        pg_db: str, engine: Engine) -> None:
+    """Sixteen engines (each its own connections) begin the same new outcome at once:
+    the first looks race on one insert, and whichever way each loses (it reads the
+    winner's outcome, or it waited on the insert and reads again), exactly one attempt
+    starts and every other answers busy, nothing else written."""
+    home = engine.home
+    barrier, ended = threading.Barrier(16), threading.Barrier(16)
+    statuses: list[ClaimStatus] = []
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            with Engine.open(home, ledger=pg_db) as mine:
+                barrier.wait(30)
+                begun = mine.begin("j", {"n": "race"}, folder=False)
+                statuses.append(begun.status)
+                # the started attempt's run is kept until every engine has answered: a
+                # run of this process that is gone lets the next claim take it over
+                ended.wait(30)
+                if begun.run is not None:
+                    begun.run.close(success=False, reason="test")
+        except BaseException as exc:  # (reported below, not lost in the thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert sorted(statuses) == sorted([ClaimStatus.STARTED] + [ClaimStatus.BUSY] * 15)
+    assert len(engine.ledger.attempts("j:race")) == 1
+    started = [e for e in engine.ledger.history("j:race") if e.kind == "attempt"]
+    assert [e.to_state for e in started] == ["active", "finished"]  # (closed above)
