@@ -222,6 +222,11 @@ def test_the_schedulers_run_a_second_early_runs_the_coming_occurrence(made: Home
         ("right/Europe/Warsaw", "use the plain zone name 'Europe/Warsaw'"),
         ("RIGHT/UTC", "use the plain zone name 'UTC'"),
         ("right/localtime", "use the plain zone name, such as 'Europe/Warsaw' or 'UTC'"),
+        ("posix/Europe/Warsaw", "time zone 'posix/Europe/Warsaw' is a copy of a zone that "
+                                "only some hosts' time zone databases hold, so another host "
+                                "may not read it (use the plain zone name 'Europe/Warsaw')"),
+        ("Posix/UTC", "use the plain zone name 'UTC'"),
+        ("posix/Nowhere/City", "use the plain zone name, such as 'Europe/Warsaw' or 'UTC'"),
         ("posixrules", "time zone 'posixrules' is a file of the time zone database, not a "
                        "zone (use the plain zone name, such as 'Europe/Warsaw' or 'UTC')"),
     ],
@@ -231,8 +236,10 @@ def test_a_leap_second_zone_or_the_rules_file_is_a_config_error(home: Home, tmp_
                                                                  message: str) -> None:
     """tz = "right/UTC" was taken: its clock counts leap seconds, so its occurrences are
     about 27 seconds away from the scheduler's; tz = "posixrules" is a file of tzdata (New
-    York's rules on most systems), read as a zone. Each is refused when the config is
-    read, as tz = "localtime" is, with the plain name to use; so is 'job add --tz'."""
+    York's rules on most systems), read as a zone; tz = "posix/Europe/Warsaw" is a copy
+    some hosts' databases hold and Python's own tzdata does not. Each is refused when the
+    config is read, as tz = "localtime" is, with the plain name to use; so is 'job add
+    --tz'."""
     home.path.mkdir(parents=True)
     home.config(f'[jobs.j]\nkey = "j:{{at}}"\nparams = {{ at = "occurrence" }}\n'
                 f'schedule = "{DAILY}"\ntz = "{zone}"\n')

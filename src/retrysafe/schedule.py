@@ -105,6 +105,9 @@ _MACHINE_ZONE = "localtime"
 _LEAP_SECOND_ZONES = "right/"
 """The prefix of the zones that count leap seconds (``right/UTC``): refused, their clock is
 about 27 seconds off UTC's, which schedulers and every other host read."""
+_COPY_ZONES = "posix/"
+"""The prefix of a copy of the plain zones (``posix/Europe/Warsaw``) that only some hosts'
+time zone databases hold (not Python's own ``tzdata``): refused, for the plain name."""
 _RULES_FILE = "posixrules"
 """A file of the time zone database that zoneinfo reads as a zone (the default rules for
 POSIX ``TZ`` strings, often New York's): refused, it is not a zone."""
@@ -124,8 +127,9 @@ def _show(text: str) -> str:
 
 def _zone(tz: str | None) -> ZoneInfo:
     """The zone named ``tz`` (None: UTC). An empty name, ``localtime`` (the machine's own
-    zone, different on each host), a ``right/`` zone (it counts leap seconds) and
-    ``posixrules`` (a file of the database, not a zone) are refused as unknown names are."""
+    zone, different on each host), a ``right/`` zone (it counts leap seconds), a
+    ``posix/`` zone (a copy not every host holds) and ``posixrules`` (a file of the
+    database, not a zone) are refused as unknown names are."""
     name = DEFAULT_TZ if tz is None else tz
     if not name.strip():
         raise ConfigError(f"time zone {name!r} is empty (use an IANA name such as "
@@ -140,6 +144,12 @@ def _zone(tz: str | None) -> ZoneInfo:
         raise ConfigError(f"time zone {_show(name)} counts leap seconds, so its clock is about "
                           f"27 seconds off the one schedulers read (use the plain zone "
                           f"name{use})")
+    if folded.startswith(_COPY_ZONES):
+        plain = name[len(_COPY_ZONES):]
+        use = f" {plain!r}" if _usable(plain) else ", such as 'Europe/Warsaw' or 'UTC'"
+        raise ConfigError(f"time zone {_show(name)} is a copy of a zone that only some hosts' "
+                          f"time zone databases hold, so another host may not read it (use "
+                          f"the plain zone name{use})")
     if folded == _RULES_FILE:
         raise ConfigError(f"time zone {name!r} is a file of the time zone database, not a zone "
                           "(use the plain zone name, such as 'Europe/Warsaw' or 'UTC')")
