@@ -296,10 +296,6 @@ class Engine:
         attempt folder is made on demand (folders.py), as :meth:`start` does.
         """
         spec, key, canonical = self.outcome_key(job, params, now)
-        context = dict(context or {})
-        if lease_seconds is not None:
-            context[LEASE_FIELD] = str(lease_seconds)
-        holder = holder or this_holder()
         ledger = self.ledger
         claim: Claim | None = None
         known: OutcomeRecord | None = None
@@ -316,15 +312,15 @@ class Engine:
             # made ready, and write nothing), so an engine that meets one reads first
             # from then on, until a read finds a new outcome.
             self._before_claim()
+            claimant, claim_context = _claimant(holder, context, lease_seconds)
             claim, known, steps = ledger.claim_or_read(
-                key, job=spec.name, params=canonical, holder=holder,
-                lease_seconds=lease_seconds or spec.lease_seconds, context=context)
+                key, job=spec.name, params=canonical, holder=claimant,
+                lease_seconds=lease_seconds or spec.lease_seconds, context=claim_context)
             if known is not None and known.state == OutcomeState.DONE:
                 self._look_first = False
-        taken = known is not None
         if claim is None:
             known_claim = self._claim_known(spec, key, params, canonical, known, steps,
-                                            holder, context, lease_seconds, now, folder, taken)
+                                            holder, context, lease_seconds, now, folder)
             if isinstance(known_claim, Start):  # done
                 return known_claim
             claim = known_claim
@@ -340,7 +336,7 @@ class Engine:
                 run.folder.create()
                 if claim.attempt.number > 1:  # only an earlier attempt's writer left any
                     remove_temp_leftovers(run.folder.outcome_dir)
-            run.folder.write_status(claim.attempt.id, "running", context=context)
+            run.folder.write_status(claim.attempt.id, "running", context=claim.attempt.context)
             run.folder.log(claim.attempt.id, key, "begin", "started",
                            superseded=claim.superseded.id if claim.superseded else None)
             if claim.attempt.number > 1:
@@ -353,13 +349,14 @@ class Engine:
 
     def _claim_known(self, spec: Job, key: str, params: Mapping[str, str],
                      canonical: dict[str, str], known: OutcomeRecord | None,
-                     steps: list[StepRecord], holder: Holder, context: dict[str, str],
-                     lease_seconds: float | None,
-                     now: datetime | None, folder: bool, taken: bool) -> Claim | Start:
-        """:meth:`begin` from what is known of the outcome (``taken``: read by the first
-        look, :meth:`~retrysafe.ledger.core.LedgerCore.claim_or_read`; else read now):
+                     steps: list[StepRecord], holder: Holder | None,
+                     context: Mapping[str, str] | None, lease_seconds: float | None,
+                     now: datetime | None, folder: bool) -> Claim | Start:
+        """:meth:`begin` from what is known of the outcome (``known``: read by the first
+        look, :meth:`~retrysafe.ledger.core.LedgerCore.claim_or_read`; None: read now):
         a done one answers at once (its :class:`Start`), the rest is checked and then
         claimed."""
+        taken = known is not None  # (so the claim need not try to insert it)
         if not taken:
             # a done outcome stays done: one read (the outcome and its steps) answers a
             # re-run, no write transaction
@@ -408,15 +405,16 @@ class Engine:
         self._before_claim()
         if folder:  # a folder that cannot be made is refused before the claim, not after
             check_writable(self.home, ("runs", spec.name, slug(key)), ("summary.json",))
+        claimant, claim_context = _claimant(holder, context, lease_seconds)
         return self.ledger.claim(
             key,
             job=spec.name,
             params=canonical,
-            holder=holder,
+            holder=claimant,
             lease_seconds=lease_seconds or spec.lease_seconds,
             max_attempts=spec.max_attempts,
             liveness=attempt_liveness,
-            context=context,
+            context=claim_context,
             taken=taken,
         )
 
@@ -645,6 +643,17 @@ def start(
 # for the life of the process instead, and closed at exit. It is opened again when
 # its config file or SQLite ledger file is not the one it opened (edited, replaced,
 # deleted), and in a child after fork (connections are never shared across fork).
+
+def _claimant(holder: Holder | None, context: Mapping[str, str] | None,
+              lease_seconds: float | None) -> tuple[Holder, dict[str, str]]:
+    """Who claims (this process unless given), and the context its attempt records, with
+    the lease a caller chose (:meth:`Engine.resume` renews that one): built only where a
+    claim is made, not for a done outcome's re-run."""
+    claim_context = dict(context or {})
+    if lease_seconds is not None:
+        claim_context[LEASE_FIELD] = str(lease_seconds)
+    return holder or this_holder(), claim_context
+
 
 def _due_as_given(spec: Job, given: Mapping[str, str], canonical: Mapping[str, str],
                   now: datetime | None) -> bool:

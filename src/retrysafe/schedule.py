@@ -108,6 +108,13 @@ about 27 seconds off UTC's, which schedulers and every other host read."""
 _COPY_ZONES = "posix/"
 """The prefix of a copy of the plain zones (``posix/Europe/Warsaw``) that only some hosts'
 time zone databases hold (not Python's own ``tzdata``): refused, for the plain name."""
+_PREFIXED_ZONES = (
+    (_LEAP_SECOND_ZONES, "counts leap seconds, so its clock is about 27 seconds off the one "
+                         "schedulers read"),
+    (_COPY_ZONES, "is a copy of a zone that only some hosts' time zone databases hold, so "
+                  "another host may not read it"),
+)
+"""The prefixed zones refused, each with why; the plain zone it names is offered instead."""
 _RULES_FILE = "posixrules"
 """A file of the time zone database that zoneinfo reads as a zone (the default rules for
 POSIX ``TZ`` strings, often New York's): refused, it is not a zone."""
@@ -138,18 +145,11 @@ def _zone(tz: str | None) -> ZoneInfo:
         raise ConfigError(f"time zone {name!r} is this machine's own zone, which another host "
                           "reads differently (use an IANA name such as 'Europe/Warsaw' or 'UTC')")
     folded = name.lower()
-    if folded.startswith(_LEAP_SECOND_ZONES):
-        plain = name[len(_LEAP_SECOND_ZONES):]
-        use = f" {plain!r}" if _usable(plain) else ", such as 'Europe/Warsaw' or 'UTC'"
-        raise ConfigError(f"time zone {_show(name)} counts leap seconds, so its clock is about "
-                          f"27 seconds off the one schedulers read (use the plain zone "
-                          f"name{use})")
-    if folded.startswith(_COPY_ZONES):
-        plain = name[len(_COPY_ZONES):]
-        use = f" {plain!r}" if _usable(plain) else ", such as 'Europe/Warsaw' or 'UTC'"
-        raise ConfigError(f"time zone {_show(name)} is a copy of a zone that only some hosts' "
-                          f"time zone databases hold, so another host may not read it (use "
-                          f"the plain zone name{use})")
+    for prefix, why in _PREFIXED_ZONES:
+        if folded.startswith(prefix):
+            plain = name[len(prefix):]
+            use = f" {plain!r}" if _usable(plain) else ", such as 'Europe/Warsaw' or 'UTC'"
+            raise ConfigError(f"time zone {_show(name)} {why} (use the plain zone name{use})")
     if folded == _RULES_FILE:
         raise ConfigError(f"time zone {name!r} is a file of the time zone database, not a zone "
                           "(use the plain zone name, such as 'Europe/Warsaw' or 'UTC')")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -17,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pgrace import EFFECTS_TABLE
 from pgtest import ThrowawayServer, absent, fresh_database, pg_admin_dsn, require_server
 
-__all__ = ["own_server", "password_server", "pg_admin_dsn", "pg_db"]
+__all__ = ["own_server", "password_server", "pg_admin_dsn", "pg_db", "sent"]
 
 
 @pytest.fixture
@@ -27,6 +29,24 @@ def pg_db() -> Iterator[str]:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(EFFECTS_TABLE)
         yield url
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement this thread sends through a psycopg cursor from now on (a
+    connection's own ``execute`` opens a cursor for it), not the pool's empty ping of an
+    idle connection."""
+    out: list[str] = []
+    real = psycopg.Cursor.execute
+    here = threading.get_ident()
+
+    def counted(self: psycopg.Cursor[Any], query: Any, *args: Any, **kw: Any) -> Any:
+        if str(query) and threading.get_ident() == here:
+            out.append(str(query))
+        return real(self, query, *args, **kw)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    return out
 
 
 def _throwaway(password_auth: bool = False) -> ThrowawayServer:

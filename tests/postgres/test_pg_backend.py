@@ -323,22 +323,13 @@ def test_a_lazy_statement_skips_the_flush_for_itself_only(pg_db: str) -> None:
         backend.close()
 
 
-def test_a_new_outcomes_claim_is_one_lazy_statement(pg_db: str,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_new_outcomes_claim_is_one_lazy_statement(pg_db: str, sent: list[str]) -> None:
     """A new outcome's claim is one statement on its own (no BEGIN, no COMMIT: the server
     prepares it once per connection), which skips the flush; a claim of a taken key
     writes nothing and goes on to the full claim, which answers busy."""
     ledger = open_ledger(pg_db)
+    sent.clear()  # (what opening the ledger sent)
     try:
-        sent: list[str] = []
-        real = psycopg.Cursor.execute
-
-        def counted(self: psycopg.Cursor[Any], query: Any, *args: Any, **kw: Any) -> Any:
-            if str(query):  # not the pool's empty ping of an idle connection
-                sent.append(str(query))
-            return real(self, query, *args, **kw)
-
-        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
         holder = Holder("host-a", 1001, "boot:1")
         first = ledger.claim("job:1", job="job", params={}, holder=holder, lease_seconds=60,
                              max_attempts=3, liveness=lambda _a, _r: (True, "alive"))

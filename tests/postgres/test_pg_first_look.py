@@ -51,22 +51,6 @@ def engine(pg_db: str, tmp_path: Path) -> Iterator[Engine]:
         yield opened
 
 
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every statement this thread sends from now on (not the pool's empty ping)."""
-    out: list[str] = []
-    real = psycopg.Cursor.execute
-    here = threading.get_ident()
-
-    def counted(self: psycopg.Cursor[Any], query: Any, *args: Any, **kw: Any) -> Any:
-        if str(query) and threading.get_ident() == here:
-            out.append(str(query))
-        return real(self, query, *args, **kw)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
-    return out
-
-
 def test_a_new_outcome_is_claimed_by_the_first_statement(engine: Engine,
                                                           sent: list[str]) -> None:
     """No read before the claim: the claim, the intent, the record and the finish are

@@ -118,6 +118,13 @@ _OUTCOME_AND_STEPS = (
     + " FROM rs_outcomes o LEFT JOIN rs_steps s ON s.outcome_key = o.key WHERE o.key = ?")
 
 
+def _outcome_and_steps(rows: Sequence[Sequence[Any]]) -> tuple[OutcomeRecord, list[StepRecord]]:
+    """The outcome and its steps from the rows :data:`_OUTCOME_AND_STEPS` reads (at least
+    one: a step's columns are NULL on the row of an outcome without steps)."""
+    return (outcome_from_values(rows[0][STEP_WIDTH:]),
+            [step_from_values(r) for r in rows if r[0] is not None])
+
+
 def new_attempt_id() -> str:
     """80 random bits as 20 hex digits: unique among a ledger's attempts (its primary
     key would refuse a repeat), and 12 bytes shorter than a uuid in every row naming it."""
@@ -196,6 +203,9 @@ def _claim_new_sql(now: str, lazy: str = "", read: bool = False) -> str:
            " LEFT JOIN rs_steps s ON s.outcome_key = k.key"
            " WHERE k.key = ? AND NOT EXISTS (SELECT 1 FROM o)" if read else ""))
 
+
+_END_ATTEMPT = "UPDATE rs_attempts SET state = ?, result = ?, ended_at = ? WHERE id = ?"
+"""An attempt ended: its state, result, end time and id."""
 
 _FINISH_CLEAR_HISTORY = (
     f"INSERT INTO rs_history ({moves.HISTORY_COLUMNS})"
@@ -544,8 +554,7 @@ class LedgerCore:
             return None, None, []
         if rows[0][-1] is not None:  # the lease's end: claimed
             return self._claimed(rows[0][STEP_WIDTH:], key, holder, context, attempt_id), None, []
-        steps = [step_from_values(r) for r in rows if r[0] is not None]
-        return None, outcome_from_values(rows[0][STEP_WIDTH:-1]), steps
+        return None, *_outcome_and_steps([r[:-1] for r in rows])
 
     def finish_clear(self, attempt: AttemptRecord) -> OutcomeRecord | None:
         """Close-out's shortcut: finish ``attempt`` as ``done`` and accepted when every
@@ -569,7 +578,7 @@ class LedgerCore:
                     f"result {done}", code["outcome"], code[done],
                     attempt.outcome_key, attempt.fence, attempt.id, *_TO_DONE, _S.DONE.value)):
                 return None
-            tx.run("UPDATE rs_attempts SET state = ?, result = ?, ended_at = ? WHERE id = ?",
+            tx.run(_END_ATTEMPT,
                    (finished, done, tx.now, attempt.id))
             row = tx.one("UPDATE rs_outcomes SET state = ?, reason = '', cause = '',"
                          " updated_at = ?, current_attempt = NULL, accepted_attempt = ?"
@@ -646,7 +655,7 @@ class LedgerCore:
     def _supersede(self, tx: Tx, out: OutcomeRecord, cur: AttemptRecord, why: str,
                    actor: str = "retrysafe") -> None:
         tx.run(
-            "UPDATE rs_attempts SET state = ?, result = ?, ended_at = ? WHERE id = ?",
+            _END_ATTEMPT,
             (AttemptState.SUPERSEDED.value, why, tx.now, cur.id),
         )
         self._log(tx, out.key, kind="attempt", frm=AttemptState.ACTIVE, to=AttemptState.SUPERSEDED,
@@ -770,7 +779,7 @@ class LedgerCore:
                     self._log(tx, out.key, kind="step", step_key=row["step_key"], frm=_S.RUNNING,
                               to=_S.UNKNOWN, attempt=attempt, reason=why)
                 tx.run(
-                    "UPDATE rs_attempts SET state = ?, result = ?, ended_at = ? WHERE id = ?",
+                    _END_ATTEMPT,
                     (AttemptState.FINISHED.value, state, tx.now, attempt.id),
                 )
                 events = [_event(tx, out.key, kind="attempt", frm=AttemptState.ACTIVE,
@@ -948,8 +957,7 @@ class LedgerCore:
             rows = tx.tuples(_OUTCOME_AND_STEPS, (key,))
             if not rows:
                 return None, []
-            steps = [step_from_values(r) for r in rows if r[0] is not None]
-            return outcome_from_values(rows[0][STEP_WIDTH:]), steps
+            return _outcome_and_steps(rows)
 
     def require_outcome(self, key: str) -> OutcomeRecord:
         out = self.outcome(key)
