@@ -208,12 +208,16 @@ def per_outcome_lines(result: dict[str, Any]) -> list[str]:
                          f"{'-' if pages is None else f'{pages:.1f}'} |")
         st = result.get("statements") or {}
         if st:
-            lines += ["", "| per outcome, SQLite, one engine reused (counted) | first run | re-run |",
-                      "|---|---:|---:|"]
+            calls = st.get("once_first") is not None
+            lines += ["", "| per outcome, SQLite, one engine reused (counted) | first run | re-run |"
+                      + (" `once`, first run | `once`, re-run |" if calls else ""),
+                      "|---|---:|---:|" + ("---:|---:|" if calls else "")]
             for field, label in (("statements", "SQL statements (without BEGIN/COMMIT)"),
                                  ("selects", "of which SELECT"),
                                  ("write_transactions", "write transactions")):
-                lines.append(f"| {label} | {st['first'][field]:g} | {st['rerun'][field]:g} |")
+                lines.append(f"| {label} | {st['first'][field]:g} | {st['rerun'][field]:g} |"
+                             + (f" {st['once_first'][field]:g} | {st['once_rerun'][field]:g} |"
+                                if calls else ""))
         lines += ["", "| retrysafe | against | phase | ratio | target | |",
                   "|---|---|---|---:|---:|---|"]
         for t in sq["targets"]:

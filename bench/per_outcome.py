@@ -156,6 +156,34 @@ def rs_engine(sync: str) -> Contestant:
     return run
 
 
+def rs_once(sync: str) -> Contestant:
+    def run(folder: Path, keys: list[str]) -> tuple[float, float]:
+        home = _home(folder, sync)
+
+        def one(k: str) -> None:
+            retrysafe.once("bench", {"run": k}, "send", "local_write", execute=_execute,
+                           home=home)
+
+        one("warm")
+        try:
+            return _timed_twice(keys, one)
+        finally:
+            retrysafe.close_all()
+    return run
+
+
+def rs_engine_once(sync: str) -> Contestant:
+    def run(folder: Path, keys: list[str]) -> tuple[float, float]:
+        home = _home(folder, sync)
+        with Engine.open(home) as engine:
+            def one(k: str) -> None:
+                engine.once("bench", {"run": k}, "send", "local_write", execute=_execute)
+
+            one("warm")
+            return _timed_twice(keys, one)
+    return run
+
+
 def rs_floor(sync: str) -> Contestant:
     """Not a way to use retrysafe: the ledger writes of one outcome as the engine makes
     them (the claim, the intent, the record, the finish: four transactions, the claim's
@@ -308,12 +336,18 @@ FLOOR_LABEL = "retrysafe's ledger writes alone, plain SQL (the floor; not a way 
 SQLITE: dict[str, tuple[str, Contestant, str, str]] = {
     "rs_start_full": ("retrysafe `start()` per key", rs_start("full"), "", "FULL"),
     "rs_engine_full": ("retrysafe, one `Engine` reused", rs_engine("full"), "", "FULL"),
+    "rs_once_full": ("retrysafe `once()` per key", rs_once("full"), "", "FULL"),
+    "rs_engine_once_full": ("retrysafe, `Engine.once` reused", rs_engine_once("full"), "",
+                            "FULL"),
     "rs_floor_full": (FLOOR_LABEL, rs_floor("full"), "", "FULL"),
     "eo_full": ("exactly-once", exactly_once("FULL"), "exactly_once", "FULL"),
     "jo_full": ("justonce", justonce("FULL"), "justonce", "FULL"),
     "ik_full": ("idemkey", idemkey("FULL"), "idemkey", "FULL"),
     "rs_start_normal": ("retrysafe `start()` per key", rs_start("normal"), "", "NORMAL"),
     "rs_engine_normal": ("retrysafe, one `Engine` reused", rs_engine("normal"), "", "NORMAL"),
+    "rs_once_normal": ("retrysafe `once()` per key", rs_once("normal"), "", "NORMAL"),
+    "rs_engine_once_normal": ("retrysafe, `Engine.once` reused", rs_engine_once("normal"), "",
+                              "NORMAL"),
     "rs_floor_normal": (FLOOR_LABEL, rs_floor("normal"), "", "NORMAL"),
     "eo_normal": ("exactly-once (its default)", exactly_once(None), "exactly_once", "NORMAL"),
     "jo_normal": ("justonce", justonce("NORMAL"), "justonce", "NORMAL"),
@@ -365,7 +399,7 @@ def _sqlite_targets(rows: dict[str, Any], first: dict[str, list[float]],
     """Each retrysafe contestant against each peer at the same synchronous setting
     (the median of the per-round ratios: each round's contestants ran back to back)."""
     out = []
-    for mine in ("rs_start", "rs_engine", "rs_floor"):
+    for mine in ("rs_start", "rs_engine", "rs_once", "rs_engine_once", "rs_floor"):
         for sync in ("full", "normal"):
             me = f"{mine}_{sync}"
             if me not in rows:
@@ -429,18 +463,26 @@ def count_statements(workdir: Path, n: int = 20) -> dict[str, Any]:
             with engine.start("bench", {"run": k}) as r:
                 r.effect("send", "local_write", execute=_execute)
 
-        one("count-warm")
-        for phase in ("first", "rerun"):
-            calls.clear()
-            for i in range(n):
-                one(f"count-{i}")
-            words = [c.split(None, 1)[0].upper() for c in calls]
-            out[phase] = {
-                "statements": sum(w not in ("BEGIN", "COMMIT", "ROLLBACK") for w in words) / n,
-                "selects": words.count("SELECT") / n,
-                "write_transactions": words.count("BEGIN") / n,
-            }
+        def one_call(k: str) -> None:
+            engine.once("bench", {"run": k}, "send", "local_write", execute=_execute)
+
+        for prefix, f in (("", one), ("once-", one_call)):
+            f(f"{prefix}count-warm")
+            for phase in ("first", "rerun"):
+                calls.clear()
+                for i in range(n):
+                    f(f"{prefix}count-{i}")
+                words = [c.split(None, 1)[0].upper() for c in calls]
+                # a write transaction joined to a shared commit is a savepoint in it
+                out[prefix.replace("-", "_") + phase] = {
+                    "statements": sum(w not in _TX_WORDS for w in words) / n,
+                    "selects": words.count("SELECT") / n,
+                    "write_transactions": words.count("BEGIN") / n,
+                }
     return out
+
+
+_TX_WORDS = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
 
 
 # --- durable syncs, counted with strace ----------------------------------------------

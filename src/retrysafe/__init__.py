@@ -25,7 +25,7 @@ _EXPORTS = {
     "ConnectorBase": "connectors.base", "EffectFailed": "connectors.base", "Found": "connectors.base",
     "Config": "config", "Job": "config", "load_config": "config",
     "DEFAULT_POLICIES": "effects", "EffectClass": "effects", "Policy": "effects",
-    "Engine": "engine", "close_all": "engine", "start": "engine",
+    "Engine": "engine", "close_all": "engine", "once": "engine", "start": "engine",
     "Busy": "errors", "ConfigError": "errors", "InvalidInput": "errors",
     "InvalidParameter": "errors", "LedgerError": "errors", "OutcomeBlocked": "errors",
     "RetrysafeError": "errors", "StaleAttempt": "errors", "StepBlocked": "errors",
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from .effects import Policy as Policy
     from .engine import Engine as Engine
     from .engine import close_all as close_all
+    from .engine import once as once
     from .engine import start as start
     from .errors import Busy as Busy
     from .errors import ConfigError as ConfigError

@@ -195,6 +195,12 @@ class Run:
         self._crash_point = never if attempt is None else injector()
         #: the furthest progress mark this run knows its outcome has reached
         self._mark = outcome.state if outcome is not None else ""
+        #: Engine.once: the claim shares the effect's intent's commit, and the record the
+        #: finish's (_open_shared, _end_shared); the heartbeat starts once the first is in
+        self._shared = False
+        self._share_open = False
+        self._beat_wanted = False
+        self._held: list[tuple[str, str]] = []  # crash points reached inside a shared commit
         if attempt is not None:
             hold(attempt.id, self)  # this process works on it: others must not take it over
 
@@ -291,6 +297,36 @@ class Run:
         if self._beat is not None:
             heartbeat.remove(self._beat)
             self._beat = None
+
+    # --- shared commits (Engine.once) ------------------------------------------
+
+    def _end_shared(self) -> None:
+        """Commit the shared commit this run holds open, then reach the crash points
+        passed inside it (a drill's "after-intent" means the intent is in the ledger)."""
+        if not self._share_open:
+            return
+        self._share_open = False
+        self.ledger.backend.close_shared()
+        held, self._held = self._held, []
+        for name, where in held:
+            self._crash_point(name, where)
+
+    def _leave_shared(self) -> None:
+        """Before anything leaves this process (an effect, a lookup): the claim and the
+        intent committed, and the heartbeat :meth:`Engine.once` wants started."""
+        if self._shared:
+            self._end_shared()
+            if self._beat_wanted and self._beat is None:
+                self._beat_wanted = False
+                self.start_heartbeat()
+
+    def _point(self, name: str, where: str) -> None:
+        """A crash point just after a write: inside a shared commit, reached once it
+        commits."""
+        if self._share_open:
+            self._held.append((name, where))
+        else:
+            self._crash_point(name, where)
 
     # --- the effect algorithm, phase by phase --------------------------------
 
@@ -453,7 +489,7 @@ class Run:
                 reason=f"attempt {attempt.number} started it", explain=explain, **fields):
             return False
         self._log(skey, "intent", "running")
-        self._crash_point(name, "after-intent")
+        self._point(name, "after-intent")
         return True
 
     def record(self, name: str, evidence: str, *, item: str | None = None,
@@ -462,11 +498,11 @@ class Run:
         self._record(self._step_key(name, item), name, item, evidence, outcome_state, **fields)
 
     def _record(self, skey: str, name: str, item: str | None, evidence: str,
-                outcome_state: str = _O.DELIVERED, **fields: Any) -> None:
+                outcome_state: str | None = _O.DELIVERED, **fields: Any) -> None:
         self._move(skey, _DONE_V, name=name, item=item, expect=_FROM_RUNNING, evidence=evidence,
                    outcome_state=outcome_state, reason="", **fields)
         self._log(skey, "record", "done", evidence=evidence)
-        self._crash_point(name, "after-record")
+        self._point(name, "after-record")
 
     def mark_unknown(self, name: str, reason: str, *, item: str | None = None) -> None:
         skey = self._step_key(name, item)
@@ -547,6 +583,7 @@ class Run:
                     skey, name, item, cls, None, check=check, connector=connector_name,
                     fingerprint=fp, explain=False):
                 return self._perform(skey, name, item, execute)
+            self._leave_shared()  # (a read, a lookup or a refusal comes next)
         # what an intent records, for a step settled or blocked before its first one
         known_as = {"effect_class": str(cls), "check_cmd": check, "connector": connector_name,
                     "fingerprint": fp}
@@ -680,6 +717,7 @@ class Run:
         record the evidence, or what is known of the failure."""
         from .connectors.base import EffectFailed  # (not imported by a command's run)
 
+        self._leave_shared()
         gone = self.ledger.backend.gone()
         if gone is not None:  # the intent just written is in no ledger anyone will read
             raise LedgerError(f"{gone} while attempt {self.number} of {self.key} ran: step "
@@ -719,7 +757,13 @@ class Run:
             raise StepUnknown(
                 f"step {name} of {self.key} may or may not have happened ({reason}); "
                 "the next run looks it up first", key=self.key, step=name, state=_S.UNKNOWN)
-        self._record(skey, name, item, evidence)
+        mark: str | None = _O.DELIVERED
+        if self._shared:  # the record shares the close-out finish's commit (Engine.once)
+            self.stop_heartbeat()
+            self._share_open = self.ledger.backend.open_shared()
+            # nobody can see the outcome delivered and not yet done: no mark in between
+            mark = None
+        self._record(skey, name, item, evidence, mark)
         # no evidence is "", as every later read of the step gives it (the signature's str)
         return "" if evidence is None else evidence
 

@@ -62,6 +62,8 @@ class ClosingRun(Protocol):
 
     def _log(self, skey: str, action: str, result: str, **extra: Any) -> None: ...
 
+    def _end_shared(self) -> None: ...
+
 
 def _not_done(step: StepRecord) -> str:
     """How close-out names a step that is not done."""
@@ -187,6 +189,9 @@ def close(run: ClosingRun, success: bool, reason: str = "") -> OutcomeRecord:
         # outcome without steps (the command was the work) is done only by this commit
         out = run.ledger.finish(attempt, state, why, cause=cause, accepted=state == _O.DONE,
                                 durable=not steps)
+    # the finish shares its commit with the effect's record (Engine.once): committed now,
+    # before the files that say how the attempt closed
+    run._end_shared()
     _refuse_if_gone(run, attempt)
     # terminal status first; the summary is a nicety written after it. Both, and the
     # log, are derived from the ledger just committed: replaced whole, not synced

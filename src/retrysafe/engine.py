@@ -21,10 +21,10 @@ from contextlib import AbstractContextManager
 from contextvars import Token
 from datetime import datetime
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import envvars
-from .attempt import Run
+from .attempt import Execute, Lookup, Run
 from .config import Config, Job, ensure_home, load_config
 from .errors import (
     NAMED,
@@ -49,7 +49,12 @@ from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, StepRec
 from .process import attempt_liveness, collect_if_held, this_holder
 from .states import BlockCause, ClaimStatus, OutcomeState, StepState
 
-__all__ = ["LEASE_FIELD", "Engine", "Start", "close_all", "settle_hint", "start", "unblock_hint"]
+if TYPE_CHECKING:
+    from .connectors.base import ConnectorBase
+    from .effects import EffectClass
+
+__all__ = ["LEASE_FIELD", "Engine", "Start", "close_all", "once", "settle_hint", "start",
+           "unblock_hint"]
 
 LEASE_FIELD = "agent_lease_seconds"
 """Context field of an attempt begun by an agent: the lease each later command renews."""
@@ -66,8 +71,9 @@ class Start(NamedTuple):
     claim: Claim
     unblock: str = ""
     """for ``blocked``: the command that moves the outcome"""
-    steps: tuple[StepRecord, ...] = ()
-    """for ``done``: the outcome's steps, read with it"""
+    steps: tuple[StepRecord, ...] | None = None
+    """for ``done``: the outcome's steps, read with it (``None``: not read; a claim that
+    found the outcome done as it ran, after another run finished it)"""
 
     @property
     def reason(self) -> str:
@@ -136,6 +142,9 @@ class Engine:
     def __init__(self, config: Config, ledger: Ledger | None = None) -> None:
         self.config = config
         self._ledger = ledger
+        # threads sharing an engine open its ledger once: each opening its own would
+        # leave all but one open, and one thread's transaction on another's connection
+        self._opening = threading.Lock()
         self._home_made = False  # ensure_home once per engine, not per outcome
         # on a server, claim a new outcome before reading it (begin): until a done one is
         # met, and again once a new one is met by a read
@@ -168,17 +177,23 @@ class Engine:
     @property
     def ledger(self) -> Ledger:
         if self._ledger is None:
-            url = self.config.settings.ledger_url
-            if url.startswith("sqlite:///"):
-                refuse_missing_file(self.home, Path(url.removeprefix("sqlite:///")))
-            if url.startswith("sqlite:"):
-                ensure_home(self.home)
-            self._ledger = open_ledger(
-                self.config.settings.ledger_url,
-                sqlite_synchronous=self.config.settings.sqlite_synchronous,
-            )
-            self._check_home(write=True)
+            with self._opening:
+                if self._ledger is None:
+                    self._open_ledger()
+        assert self._ledger is not None
         return self._ledger
+
+    def _open_ledger(self) -> None:
+        url = self.config.settings.ledger_url
+        if url.startswith("sqlite:///"):
+            refuse_missing_file(self.home, Path(url.removeprefix("sqlite:///")))
+        if url.startswith("sqlite:"):
+            ensure_home(self.home)
+        self._ledger = open_ledger(
+            self.config.settings.ledger_url,
+            sqlite_synchronous=self.config.settings.sqlite_synchronous,
+        )
+        self._check_home(write=True)
 
     def existing_ledger(self) -> Ledger:
         """The ledger, opened only if it exists (a SQLite file that is not there is
@@ -287,6 +302,7 @@ class Engine:
         now: datetime | None = None,
         lease_seconds: float | None = None,
         folder: bool = True,
+        share: bool = False,
     ) -> Start:
         """Claim the next attempt of the outcome ``job`` + ``params`` names.
 
@@ -294,6 +310,8 @@ class Engine:
         without a renewal; an agent's attempt records it, so each later
         command renews the same lease (:meth:`resume`). ``folder=False``: the
         attempt folder is made on demand (folders.py), as :meth:`start` does.
+        ``share``: a claim this makes opens a shared commit first (:meth:`once`), which
+        the caller closes.
         """
         spec, key, canonical = self.outcome_key(job, params, now)
         ledger = self.ledger
@@ -320,7 +338,8 @@ class Engine:
                 self._look_first = False
         if claim is None:
             known_claim = self._claim_known(spec, key, params, canonical, known, steps,
-                                            holder, context, lease_seconds, now, folder)
+                                            holder, context, lease_seconds, now, folder,
+                                            share)
             if isinstance(known_claim, Start):  # done
                 return known_claim
             claim = known_claim
@@ -351,7 +370,7 @@ class Engine:
                      canonical: dict[str, str], known: OutcomeRecord | None,
                      steps: list[StepRecord], holder: Holder | None,
                      context: Mapping[str, str] | None, lease_seconds: float | None,
-                     now: datetime | None, folder: bool) -> Claim | Start:
+                     now: datetime | None, folder: bool, share: bool = False) -> Claim | Start:
         """:meth:`begin` from what is known of the outcome (``known``: read by the first
         look, :meth:`~retrysafe.ledger.core.LedgerCore.claim_or_read`; None: read now):
         a done one answers at once (its :class:`Start`), the rest is checked and then
@@ -406,6 +425,8 @@ class Engine:
         if folder:  # a folder that cannot be made is refused before the claim, not after
             check_writable(self.home, ("runs", spec.name, slug(key)), ("summary.json",))
         claimant, claim_context = _claimant(holder, context, lease_seconds)
+        if share:
+            self.ledger.backend.open_shared()
         return self.ledger.claim(
             key,
             job=spec.name,
@@ -539,6 +560,41 @@ class Engine:
         outcome, so a process handling many outcomes opens them once."""
         return _Started(self, job, params or {}, heartbeat)
 
+    def once(self, job: str, params: Mapping[str, str] | None, step: str,
+             effect_class: str | EffectClass | None = None, *, execute: Execute | None = None,
+             lookup: Lookup | None = None, connector: ConnectorBase | None = None,
+             connector_name: str | None = None, payload: Mapping[str, Any] | None = None,
+             item: str | None = None, check: str | None = None, allow_update: bool = False,
+             heartbeat: bool = True) -> str:
+        """:func:`once` on this engine."""
+        spec = self.config.job(job)
+        # close-out that judges nothing beyond the steps runs no command, so its finish
+        # may share the record's commit
+        share = (self.ledger.backend.shares_commits and not spec.expected_artifacts
+                 and not spec.accept)
+        started = _Started(self, job, params or {}, heartbeat and not share, share)
+        try:
+            run = started.__enter__()
+        except BaseException:
+            self.ledger.backend.close_shared()  # (what the claim wrote before it refused)
+            raise
+        if share and not run.read_only:
+            run._shared = run._share_open = True
+            run._beat_wanted = heartbeat
+        try:
+            evidence = run.effect(step, effect_class, execute=execute, lookup=lookup,
+                                  connector=connector, connector_name=connector_name,
+                                  payload=payload, item=item, check=check,
+                                  allow_update=allow_update)
+        except BaseException as exc:
+            try:
+                run._end_shared()  # (what was written before the error stands)
+            finally:
+                started.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        started.__exit__(None, None, None)
+        return evidence
+
 
 class _Started:
     """The context of :meth:`Engine.start` (a class, not a generator: it runs once per
@@ -546,11 +602,12 @@ class _Started:
     closes the attempt out: ``done`` as its steps say, or, after an exception, what
     they say then. A stale attempt closes its files and writes nothing."""
 
-    __slots__ = ("engine", "heartbeat", "job", "named", "params", "run")
+    __slots__ = ("engine", "heartbeat", "job", "named", "params", "run", "share")
 
     def __init__(self, engine: Engine, job: str, params: Mapping[str, str],
-                 heartbeat: bool) -> None:
+                 heartbeat: bool, share: bool = False) -> None:
         self.engine, self.job, self.params, self.heartbeat = engine, job, params, heartbeat
+        self.share = share  # a claim opens a shared commit (Engine.once)
         self.run: Run | None = None
         self.named: Token[tuple[str, ...] | None] | None = None
 
@@ -571,7 +628,9 @@ class _Started:
 
     def _enter(self) -> Run:
         engine = self.engine
-        begun = engine.begin(self.job, self.params, folder=False)
+        begun = engine.begin(self.job, self.params, folder=False, share=self.share)
+        if self.share and begun.status is not ClaimStatus.STARTED:
+            engine.ledger.backend.close_shared()  # (what the claim wrote: a supersede)
         if begun.status is ClaimStatus.DONE:
             return engine.run_for(engine.config.job(self.job), None, begun.outcome,
                                   steps=begun.steps)
@@ -608,6 +667,45 @@ class _Started:
                 if not isinstance(exc, LedgerError):
                     raise
                 # (the ledger went away: the block's own error says what was not done)
+
+
+def once(
+    job: str,
+    params: Mapping[str, str] | None,
+    step: str,
+    effect_class: str | EffectClass | None = None,
+    *,
+    execute: Execute | None = None,
+    lookup: Lookup | None = None,
+    connector: ConnectorBase | None = None,
+    connector_name: str | None = None,
+    payload: Mapping[str, Any] | None = None,
+    item: str | None = None,
+    check: str | None = None,
+    allow_update: bool = False,
+    home: str | os.PathLike[str] | None = None,
+    config: str | os.PathLike[str] | None = None,
+    ledger: str | None = None,
+    heartbeat: bool = True,
+) -> str:
+    """One outcome whose work is one effect: its evidence, the effect performed at most
+    once however often this is called. The same as::
+
+        with retrysafe.start(job, params) as run:
+            return run.effect(step, effect_class, execute=..., ...)
+
+    and the same answers and errors, in two commits instead of four on a SQLite ledger:
+    the outcome's claim shares the intent's commit (no code of the caller's runs between
+    them), and the effect's record shares close-out's finish (nothing runs between them
+    either). Both commits are synced, as the intent and the record are on their own; a
+    crash between two writes leaves what a crash between the same writes leaves in
+    :func:`start`, or less (a claim with no intent is not written at all). A job with
+    ``expected_artifacts`` or ``accept`` commands closes out as :func:`start` does.
+    """
+    return _cached_engine(home, config, ledger).once(
+        job, params, step, effect_class, execute=execute, lookup=lookup, connector=connector,
+        connector_name=connector_name, payload=payload, item=item, check=check,
+        allow_update=allow_update, heartbeat=heartbeat)
 
 
 def start(

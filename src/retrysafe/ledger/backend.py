@@ -79,6 +79,23 @@ class Backend(ABC):
     #: an attempt whose holder lives is never taken over by another process
     #: (process.py): commits that end an attempt wait for the disk there.
     crashes_alone: bool = False
+    #: does :meth:`open_shared` open a shared commit here?
+    shares_commits: bool = False
+
+    def open_shared(self) -> bool:
+        """Start a shared commit on this thread's connection: every write transaction
+        and statement until :meth:`close_shared` joins it (each still all or nothing),
+        and they commit together, durably, once. ``False`` where a backend has none (a
+        server gains nothing from it: its commits are round trips, not pages written),
+        and then nothing changes. No external call may run while one is open: it holds
+        the ledger's write lock."""
+        return False
+
+    def close_shared(self) -> None:
+        """Commit the shared commit :meth:`open_shared` opened on this thread, if one is
+        open (also after an error inside it: what each joined transaction wrote whole
+        stands, as it would have on its own)."""
+        return None
 
     @abstractmethod
     def transaction(self, write: bool = True, *, durable: bool = True) -> AbstractContextManager[Tx]:

@@ -168,6 +168,46 @@ class _Transaction:
                 raise self.backend._translate(err) from None
 
 
+class _Joined:
+    """A write transaction inside a shared commit (:meth:`SqliteBackend.open_shared`): a
+    savepoint, so it is still all or nothing, committed with the rest."""
+
+    __slots__ = ("backend", "conn")
+
+    def __init__(self, backend: SqliteBackend, conn: sqlite3.Connection) -> None:
+        self.backend, self.conn = backend, conn
+
+    def __enter__(self) -> Tx:
+        self.backend._busy.add(self.conn)
+        try:
+            self.conn.execute("SAVEPOINT rs_joined")
+        except sqlite3.Error as exc:
+            self.backend._busy.discard(self.conn)
+            raise self.backend._translate(exc) from None
+        return _SqliteTx(self.conn, True)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:
+        conn = self.conn
+        try:
+            if exc is None:
+                try:
+                    conn.execute("RELEASE rs_joined")
+                except sqlite3.Error as err:
+                    raise self.backend._translate(err) from None
+                return
+            if conn.in_transaction:  # (an I/O error may have ended the whole transaction)
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK TO rs_joined")
+                    conn.execute("RELEASE rs_joined")
+            if isinstance(exc, sqlite3.Error):
+                raise self.backend._translate(exc) from None
+            if isinstance(exc, UnicodeEncodeError):
+                raise not_text(exc) from None
+        finally:
+            self.backend._busy.discard(conn)
+
+
 HEALTH_FINDINGS = 20
 """The most damage ``doctor`` lists from SQLite's ``quick_check``."""
 
@@ -176,6 +216,7 @@ class SqliteBackend(Backend):
     name = "sqlite"
     serial_pk = "INTEGER PRIMARY KEY AUTOINCREMENT"
     float_type = "REAL"
+    shares_commits = True
 
     def __init__(self, path: Path, *, synchronous: str = "full", must_exist: bool = False) -> None:
         self.path = path
@@ -268,8 +309,42 @@ class SqliteBackend(Backend):
         # A commit that need not be durable on its own skips its WAL sync: in WAL
         # mode a later synced commit syncs it too (the file is synced whole, and
         # frames are replayed in order), so it can only be lost with all after it.
-        return _Transaction(self, self._conn(), write,
+        conn = self._conn()
+        if write and getattr(self._local, "shared", False):
+            return _Joined(self, conn)
+        return _Transaction(self, conn, write,
                             not durable and write and self.synchronous in ("FULL", "EXTRA"))
+
+    def open_shared(self) -> bool:
+        # one BEGIN IMMEDIATE for all: the write lock is taken now, and the joined
+        # transactions are savepoints; a statement run on its own (execute) joins as is
+        if getattr(self._local, "shared", False):
+            return True
+        conn = self._conn()
+        self._busy.add(conn)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            self._busy.discard(conn)
+            raise self._translate(exc) from None
+        self._local.shared = True
+        return True
+
+    def close_shared(self) -> None:
+        if not getattr(self._local, "shared", False):
+            return
+        self._local.shared = False
+        conn = self._conn()
+        try:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+        except sqlite3.Error as err:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise self._translate(err) from None
+        finally:
+            self._busy.discard(conn)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         # A writing statement in autocommit takes the write lock when it starts

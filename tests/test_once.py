@@ -1,0 +1,384 @@
+"""``retrysafe.once``: one outcome whose work is one effect, in two commits.
+
+It answers and fails as ``with start(...) as run: run.effect(...)`` does (the same
+ledger rows, the same errors); on SQLite the claim shares the intent's commit and
+the record shares the finish's. Crash drills kill a real process at every point of
+the effect and re-run it: the effect happens once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import Home
+
+import retrysafe
+from retrysafe.connectors.base import ABSENT, EffectFailed, Found
+from retrysafe.engine import Engine, close_all
+from retrysafe.errors import Busy, InvalidInput, StepFailed
+
+CONFIG = """\
+[jobs.rep]
+key = "rep:{week}"
+params = { week = "isoweek" }
+
+[jobs.checked]
+key = "checked:{week}"
+params = { week = "isoweek" }
+accept = ["true"]
+
+[jobs.short]
+key = "short:{week}"
+params = { week = "isoweek" }
+lease_seconds = 2
+"""
+WEEK = {"week": "2026-W10"}
+
+
+@pytest.fixture
+def engine(any_home: Home) -> Iterator[Engine]:
+    any_home.path.mkdir()
+    any_home.config(CONFIG)
+    with Engine.open(any_home.path, ledger=any_home.ledger) as opened:
+        yield opened
+
+
+def _trail(engine: Engine, key: str) -> list[tuple[str, str, str]]:
+    return [(e.kind, e.from_state, e.to_state) for e in engine.ledger.history(key)]
+
+
+def test_once_performs_the_effect_once_and_answers_its_evidence_again(engine: Engine) -> None:
+    sent: list[str] = []
+
+    def send(step_key: str) -> str:
+        sent.append(step_key)
+        return f"msg-{len(sent)}"
+
+    first = engine.once("rep", WEEK, "send", "message", execute=send)
+    again = engine.once("rep", WEEK, "send", "message", execute=send)
+    assert (first, again, sent) == ("msg-1", "msg-1", ["rep:2026-W10/send"])
+    out = engine.ledger.outcome("rep:2026-W10")
+    assert out is not None and out.state == "done" and out.attempts == 1
+    step = engine.ledger.step("rep:2026-W10/send")
+    assert step is not None and (step.state, step.evidence) == ("done", "msg-1")
+    # the history start() writes; on SQLite without the progress mark nobody could see
+    # (the record and the finish are one commit)
+    shared = engine.ledger.backend.shares_commits
+    assert _trail(engine, "rep:2026-W10") == [
+        ("attempt", "", "active"), ("outcome", "planned", "running"),
+        ("step", "", "running"), ("step", "running", "done"),
+        *([] if shared else [("outcome", "running", "delivered")]),
+        ("attempt", "active", "finished"),
+        ("outcome", "running" if shared else "delivered", "done")]
+
+
+def _statements(engine: Engine) -> list[str]:
+    seen: list[str] = []
+    conn = engine.ledger.backend._conn()  # type: ignore[attr-defined]
+    conn.set_trace_callback(seen.append)
+    return seen
+
+
+def test_a_first_run_is_two_commits_on_sqlite_and_a_rerun_none(home: Home) -> None:
+    home.path.mkdir()
+    home.config(CONFIG)
+    with Engine.open(home.path) as engine:
+        engine.once("rep", {"week": "2026-W01"}, "send", "message", execute=lambda k: "m")
+        seen = _statements(engine)
+        engine.once("rep", WEEK, "send", "message", execute=lambda k: "m")
+        commits = [s for s in seen if s == "COMMIT"]
+        begins = [s for s in seen if s.startswith("BEGIN")]
+        assert (len(begins), len(commits)) == (2, 2), seen
+        # the step's intent is inside the first commit, its record inside the second
+        first_commit = seen.index("COMMIT")
+        assert any(s.startswith("INSERT INTO rs_steps") for s in seen[:first_commit])
+        assert any(s.startswith("INSERT INTO rs_outcomes") for s in seen[:first_commit])
+        assert any(s.startswith("UPDATE rs_steps") for s in seen[first_commit:])
+        seen.clear()
+        engine.once("rep", WEEK, "send", "message", execute=lambda k: "m")
+        assert not [s for s in seen if s.startswith(("BEGIN", "COMMIT", "INSERT", "UPDATE"))]
+        # the same outcome through start(): the claim, the record and the finish commit,
+        # and the intent is a statement committed on its own
+        seen.clear()
+        with engine.start("rep", {"week": "2026-W11"}) as run:
+            run.effect("send", "message", execute=lambda k: "m")
+        assert len([s for s in seen if s == "COMMIT"]) == 3
+        conn = engine.ledger.backend._conn()  # type: ignore[attr-defined]
+        assert not conn.in_transaction
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL, as configured
+
+
+def test_a_failed_effect_fails_the_outcome_and_the_next_call_retries(engine: Engine) -> None:
+    tries: list[str] = []
+
+    def flaky(step_key: str) -> str:
+        tries.append(step_key)
+        if len(tries) == 1:
+            raise EffectFailed("connection refused")
+        return "ok"
+
+    with pytest.raises(StepFailed, match="connection refused"):
+        engine.once("rep", WEEK, "send", "local_write", execute=flaky)
+    out = engine.ledger.outcome("rep:2026-W10")
+    assert out is not None and out.state == "failed" and out.current_attempt is None
+    assert engine.once("rep", WEEK, "send", "local_write", execute=flaky) == "ok"
+    assert len(tries) == 2
+    out = engine.ledger.outcome("rep:2026-W10")
+    assert out is not None and out.state == "done" and out.attempts == 2
+
+
+def test_an_effect_that_raises_leaves_it_unknown_and_the_retry_looks_it_up(
+        engine: Engine) -> None:
+    done: list[str] = []
+
+    def crashes_after_acting(step_key: str) -> str:
+        done.append(step_key)
+        raise RuntimeError("socket closed after the request went out")
+
+    def lookup(step_key: str) -> Any:
+        return Found("found-1") if step_key in done else ABSENT
+
+    with pytest.raises(retrysafe.StepUnknown):
+        engine.once("rep", WEEK, "send", "message", execute=crashes_after_acting, lookup=lookup)
+    assert engine.once("rep", WEEK, "send", "message", execute=crashes_after_acting,
+                       lookup=lookup) == "found-1"
+    assert len(done) == 1
+
+
+def test_bad_input_executes_nothing_and_ends_as_start_ends_it(engine: Engine) -> None:
+    called: list[str] = []
+    with pytest.raises(InvalidInput):
+        engine.once("rep", WEEK, "send", "no-such-class", execute=called.append)
+    with pytest.raises(InvalidInput), \
+            engine.start("rep", {"week": "2026-W11"}) as run:
+        run.effect("send", "no-such-class", execute=called.append)
+    assert called == []
+    a, b = engine.ledger.outcome("rep:2026-W10"), engine.ledger.outcome("rep:2026-W11")
+    assert a is not None and b is not None
+    assert (a.state, a.current_attempt, a.attempts) == (b.state, b.current_attempt, b.attempts)
+    assert _trail(engine, "rep:2026-W10") == _trail(engine, "rep:2026-W11")
+
+
+def test_a_busy_outcome_is_refused_and_the_ledger_is_left_unlocked(engine: Engine) -> None:
+    release, holding = threading.Event(), threading.Event()
+
+    def slow(step_key: str) -> str:
+        holding.set()
+        release.wait(20)
+        return "slow-1"
+
+    holder = threading.Thread(target=lambda: engine.once("rep", WEEK, "send", "message",
+                                                         execute=slow))
+    holder.start()
+    try:
+        assert holding.wait(20)
+        with pytest.raises(Busy):
+            engine.once("rep", WEEK, "send", "message", execute=lambda k: "second")
+        # nothing of this thread's is left open: another outcome is written at once
+        assert engine.once("rep", {"week": "2026-W12"}, "send", "message",
+                           execute=lambda k: "other") == "other"
+    finally:
+        release.set()
+        holder.join(20)
+    assert engine.once("rep", WEEK, "send", "message", execute=lambda k: "never") == "slow-1"
+
+
+def test_racing_threads_perform_a_new_outcome_once(engine: Engine) -> None:
+    performed: list[str] = []
+    barrier = threading.Barrier(6)
+    answers: list[str] = []
+
+    def send(step_key: str) -> str:
+        performed.append(step_key)
+        time.sleep(0.2)
+        return "once-1"
+
+    def racer() -> None:
+        barrier.wait(20)
+        try:
+            answers.append(engine.once("rep", WEEK, "send", "message", execute=send))
+        except Busy:
+            answers.append("busy")
+
+    threads = [threading.Thread(target=racer) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert performed == ["rep:2026-W10/send"]
+    assert answers.count("once-1") >= 1 and set(answers) <= {"once-1", "busy"}
+    assert engine.ledger.outcome("rep:2026-W10").attempts == 1  # type: ignore[union-attr]
+
+
+def test_nothing_holds_the_ledger_while_the_lookup_or_the_effect_runs(home: Home) -> None:
+    import sqlite3
+
+    home.path.mkdir()
+    home.config(CONFIG)
+    writable: list[bool] = []
+
+    def can_write() -> None:
+        other = sqlite3.connect(home.path / "ledger.sqlite3", timeout=0.2,
+                                isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+            writable.append(True)
+        except sqlite3.OperationalError:
+            writable.append(False)
+        finally:
+            other.close()
+
+    def lookup(step_key: str) -> Any:
+        can_write()
+        return ABSENT
+
+    def send(step_key: str) -> str:
+        can_write()
+        return "m-1"
+
+    with Engine.open(home.path) as engine:
+        assert engine.once("rep", WEEK, "send", "message", execute=send, lookup=lookup) == "m-1"
+        assert engine.once("rep", {"week": "2026-W11"}, "send", "local_write",
+                           execute=send) == "m-1"
+    assert writable == [True, True, True]
+
+
+def test_an_outcome_another_run_finished_after_the_read_answers_its_evidence(
+        home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read found no outcome, and by the claim another run had finished it: the
+    answer is that run's evidence (it was "", from a run that knew no steps)."""
+    home.path.mkdir()
+    home.config(CONFIG)
+    with Engine.open(home.path) as engine:
+        assert engine.once("rep", WEEK, "send", "message", execute=lambda k: "m-1") == "m-1"
+        monkeypatch.setattr(engine.ledger, "outcome_and_steps", lambda key: (None, []))
+        assert engine.once("rep", WEEK, "send", "message", execute=lambda k: "again") == "m-1"
+        with engine.start("rep", WEEK) as run:
+            assert run.read_only
+            assert run.effect("send", "message", execute=lambda k: "again") == "m-1"
+        assert engine.ledger.outcome("rep:2026-W10").attempts == 1  # type: ignore[union-attr]
+
+
+def test_a_job_with_acceptance_closes_out_as_start_does(engine: Engine) -> None:
+    assert engine.once("checked", WEEK, "send", "message", execute=lambda k: "m-1") == "m-1"
+    out = engine.ledger.outcome("checked:2026-W10")
+    assert out is not None and out.state == "done"
+
+
+def test_the_heartbeat_renews_the_lease_while_the_effect_runs(engine: Engine) -> None:
+    leases: list[float] = []
+
+    def long_send(step_key: str) -> str:
+        first = engine.ledger.attempts("short:2026-W10")[0].lease_expires
+        time.sleep(1.4)
+        leases.extend([first, engine.ledger.attempts("short:2026-W10")[0].lease_expires])
+        return "long-1"
+
+    assert engine.once("short", WEEK, "send", "message", execute=long_send) == "long-1"
+    assert leases[1] > leases[0]
+    leases.clear()
+    assert engine.once("short", {"week": "2026-W11"}, "send", "message", execute=long_send,
+                       heartbeat=False) == "long-1"
+    assert leases[1] == leases[0]
+
+
+def test_the_module_call_keeps_its_engine(home: Home) -> None:
+    home.path.mkdir()
+    home.config(CONFIG)
+    try:
+        assert retrysafe.once("rep", WEEK, "send", "message", execute=lambda k: "m-1",
+                              home=home.path) == "m-1"
+        assert retrysafe.once("rep", WEEK, "send", "message", execute=lambda k: "m-2",
+                              home=home.path) == "m-1"
+    finally:
+        close_all()
+
+
+# --- crash drills: a real process killed at each point, then run again ------------
+
+DRILL = """
+import sys
+from pathlib import Path
+
+import retrysafe
+from retrysafe import ABSENT, Found
+
+box = Path(sys.argv[2])
+
+
+def send(step_key):
+    with box.open("a") as f:
+        f.write(step_key + "\\n")
+    return "sent-" + step_key
+
+
+def lookup(step_key):
+    lines = box.read_text().splitlines() if box.exists() else []
+    return Found("sent-" + step_key) if step_key in lines else ABSENT
+
+
+print(retrysafe.once("rep", {"week": "2026-W10"}, "send", "message", execute=send,
+                     lookup=lookup, home=sys.argv[1]))
+"""
+
+
+def _drill(home: Home, box: Path, crash_at: str = "") -> subprocess.CompletedProcess[str]:
+    env = dict(home.env)
+    if crash_at:
+        env["RETRYSAFE_CRASH_AT"] = crash_at
+    return subprocess.run([sys.executable, "-c", DRILL, str(home.path), str(box)], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize("point", ["before-intent", "after-intent", "after-execute",
+                                   "after-record"])
+def test_a_kill_at_each_point_then_a_rerun_performs_the_effect_once(
+        any_home: Home, tmp_path: Path, point: str) -> None:
+    any_home.path.mkdir()
+    any_home.config(CONFIG)
+    box = tmp_path / "outbox.txt"
+    killed = _drill(any_home, box, f"send:{point}")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    with any_home.open_ledger() as ledger:
+        out = ledger.outcome("rep:2026-W10")
+        step = ledger.step("rep:2026-W10/send")
+    if point == "before-intent":
+        # (a message with a lookup is looked up before its intent: the claim is committed
+        # first, as start() commits it)
+        assert step is None and (out is None or out.state == "running")
+    elif point == "after-intent":
+        # the point is reached once the intent is committed: the ledger holds it
+        assert step is not None and step.state == "running"
+    elif point == "after-record":
+        assert step is not None and step.state == "done"
+    again = _drill(any_home, box)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == "sent-rep:2026-W10/send"
+    assert box.read_text().splitlines() == ["rep:2026-W10/send"]  # sent once
+    with any_home.open_ledger() as ledger:
+        out = ledger.outcome("rep:2026-W10")
+    assert out is not None and out.state == "done"
+
+
+def test_a_kill_after_the_record_finds_the_outcome_done_not_delivered(
+        home: Home, tmp_path: Path) -> None:
+    """The record and the finish are one commit: a kill after the record is a done
+    outcome, never a delivered one waiting for close-out."""
+    home.path.mkdir()
+    home.config(CONFIG)
+    box = tmp_path / "outbox.txt"
+    assert _drill(home, box, "send:after-record").returncode == -signal.SIGKILL
+    with home.open_ledger() as ledger:
+        out = ledger.outcome("rep:2026-W10")
+    assert out is not None and out.state == "done" and out.current_attempt is None
+    assert os.path.exists(box)
