@@ -382,3 +382,53 @@ def test_a_kill_after_the_record_finds_the_outcome_done_not_delivered(
         out = ledger.outcome("rep:2026-W10")
     assert out is not None and out.state == "done" and out.current_attempt is None
     assert os.path.exists(box)
+
+
+@pytest.mark.parametrize("which", [1, 2])
+def test_a_shared_commit_that_fails_says_why_and_the_next_call_does_the_work_once(
+        home: Home, monkeypatch: pytest.MonkeyPatch, which: int) -> None:
+    """The disk fills as a shared commit commits: the first (claim and intent) fails before
+    the effect, which does not run; the second (record and finish) fails after it, and the
+    step is left to be looked up. Either way the error is the disk's, and the next call
+    ends with the effect done once."""
+    from retrysafe.errors import StorageFull
+    from retrysafe.ledger.sqlite import SqliteBackend
+
+    home.path.mkdir()
+    home.config(CONFIG)
+    sent: list[str] = []
+
+    def send(step_key: str) -> str:
+        sent.append(step_key)
+        return "m-1"
+
+    def lookup(step_key: str) -> Any:
+        return Found("m-1") if sent else ABSENT
+
+    real = SqliteBackend.close_shared
+    calls = {"n": 0}
+
+    def failing(self: SqliteBackend) -> None:
+        if getattr(self._local, "shared", False):
+            calls["n"] += 1
+            if calls["n"] == which:
+                conn = self._conn()
+                self._local.shared = False
+                conn.execute("ROLLBACK")
+                self._busy.discard(conn)
+                raise StorageFull(f"ledger {self.path}: database or disk is full")
+        real(self)
+
+    with Engine.open(home.path) as engine:
+        monkeypatch.setattr(SqliteBackend, "close_shared", failing)
+        with pytest.raises(StorageFull, match="disk is full"):
+            engine.once("rep", WEEK, "send", "local_write", execute=send, lookup=lookup)
+        assert sent == ([] if which == 1 else ["rep:2026-W10/send"])
+        monkeypatch.setattr(SqliteBackend, "close_shared", real)
+        conn = engine.ledger.backend._conn()  # type: ignore[attr-defined]
+        assert not conn.in_transaction
+        assert engine.once("rep", WEEK, "send", "local_write", execute=send,
+                           lookup=lookup) == "m-1"
+        assert sent == ["rep:2026-W10/send"]
+        out = engine.ledger.outcome("rep:2026-W10")
+        assert out is not None and out.state == "done"

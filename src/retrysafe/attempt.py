@@ -199,6 +199,7 @@ class Run:
         #: finish's (_open_shared, _end_shared); the heartbeat starts once the first is in
         self._shared = False
         self._share_open = False
+        self._landed = False  # has a shared commit of this run committed (its claim with it)?
         self._beat_wanted = False
         self._held: list[tuple[str, str]] = []  # crash points reached inside a shared commit
         if attempt is not None:
@@ -306,10 +307,22 @@ class Run:
         if not self._share_open:
             return
         self._share_open = False
+        held, self._held = self._held, []  # (a commit that fails reached none of them)
         self.ledger.backend.close_shared()
-        held, self._held = self._held, []
+        self._landed = True
         for name, where in held:
             self._crash_point(name, where)
+
+    def _forget(self) -> None:
+        """An attempt whose claim never committed (its shared commit failed): nothing of
+        it is in the ledger to close; this process lets go of it."""
+        from .process import release
+
+        self.stop_heartbeat()
+        if self.attempt is not None:
+            release(self.attempt.id)
+        if "folder" in self.__dict__:
+            self.folder.close()
 
     def _leave_shared(self) -> None:
         """Before anything leaves this process (an effect, a lookup): the claim and the

@@ -590,9 +590,20 @@ class Engine:
             try:
                 run._end_shared()  # (what was written before the error stands)
             finally:
-                started.__exit__(type(exc), exc, exc.__traceback__)
+                if run._shared and not run._landed:
+                    started.forget()  # the claim never committed: no attempt to close
+                else:
+                    started.__exit__(type(exc), exc, exc.__traceback__)
             raise
-        started.__exit__(None, None, None)
+        try:
+            started.__exit__(None, None, None)
+        except BaseException as exc:
+            if not run.read_only and run._closed is None:
+                # the finish did not land (with it, the record it shared a commit with): the
+                # attempt ends as a block that raised after its effect would end it
+                with contextlib.suppress(Exception):
+                    run.close(success=False, reason=f"{type(exc).__name__}: {exc}")
+            raise
         return evidence
 
 
@@ -648,6 +659,15 @@ class _Started:
                  tb: object) -> None:
         try:
             self._exit(kind, exc)
+        finally:
+            self._unname()
+
+    def forget(self) -> None:
+        """Leave without closing: the attempt's claim never committed (Engine.once)."""
+        run, self.run = self.run, None
+        try:
+            if run is not None:
+                run._forget()
         finally:
             self._unname()
 
