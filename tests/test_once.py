@@ -432,3 +432,40 @@ def test_a_shared_commit_that_fails_says_why_and_the_next_call_does_the_work_onc
         assert sent == ["rep:2026-W10/send"]
         out = engine.ledger.outcome("rep:2026-W10")
         assert out is not None and out.state == "done"
+
+
+def test_a_payment_waits_for_approval_then_the_next_call_pays_once(engine: Engine) -> None:
+    paid: list[str] = []
+
+    def pay(step_key: str) -> str:
+        paid.append(step_key)
+        return "pay-1"
+
+    def lookup(step_key: str) -> Any:
+        return Found("pay-1") if paid else ABSENT
+
+    with pytest.raises(retrysafe.StepBlocked):
+        engine.once("rep", WEEK, "charge", "payment", execute=pay, lookup=lookup)
+    assert paid == []
+    out = engine.ledger.outcome("rep:2026-W10")
+    assert out is not None and out.state == "blocked"
+    engine.ledger.approve("rep:2026-W10", "charge", actor="alice")
+    for _ in range(2):
+        assert engine.once("rep", WEEK, "charge", "payment", execute=pay,
+                           lookup=lookup) == "pay-1"
+    assert paid == ["rep:2026-W10/charge"]
+
+
+def test_once_inside_an_effect_of_another_once_keeps_both_apart(engine: Engine) -> None:
+    inner: list[str] = []
+
+    def outer_send(step_key: str) -> str:
+        inner.append(engine.once("rep", {"week": "2026-W11"}, "child", "local_write",
+                                 execute=lambda k: "child-1"))
+        return "outer-1"
+
+    assert engine.once("rep", WEEK, "send", "local_write", execute=outer_send) == "outer-1"
+    assert inner == ["child-1"]
+    for key in ("rep:2026-W10", "rep:2026-W11"):
+        out = engine.ledger.outcome(key)
+        assert out is not None and out.state == "done"
