@@ -469,3 +469,18 @@ def test_once_inside_an_effect_of_another_once_keeps_both_apart(engine: Engine) 
     for key in ("rep:2026-W10", "rep:2026-W11"):
         out = engine.ledger.outcome(key)
         assert out is not None and out.state == "done"
+
+
+def test_a_done_outcome_answers_done_under_a_mistyped_crash_drill(
+        engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash point is checked before a claim, not before a done outcome's answer: a
+    mistyped one refuses new work only (on both ledgers; a server's first look claims
+    before it reads)."""
+    assert engine.once("rep", WEEK, "send", "message", execute=lambda k: "m-1") == "m-1"
+    monkeypatch.setenv("RETRYSAFE_CRASH_AT", "send:after-exectue")
+    assert engine.once("rep", WEEK, "send", "message", execute=lambda k: "again") == "m-1"
+    with engine.start("rep", WEEK) as run:
+        assert run.effect("send", "message", execute=lambda k: "again") == "m-1"
+    with pytest.raises(InvalidInput, match="is not STEP:POINT"):
+        engine.once("rep", {"week": "2026-W11"}, "send", "message", execute=lambda k: "m-2")
+    assert engine.ledger.outcome("rep:2026-W11") is None

@@ -196,7 +196,7 @@ class Run:
         #: the furthest progress mark this run knows its outcome has reached
         self._mark = outcome.state if outcome is not None else ""
         #: Engine.once: the claim shares the effect's intent's commit, and the record the
-        #: finish's (_open_shared, _end_shared); the heartbeat starts once the first is in
+        #: finish's (_leave_shared, _end_shared); the heartbeat starts once the first is in
         self._shared = False
         self._share_open = False
         self._landed = False  # has a shared commit of this run committed (its claim with it)?

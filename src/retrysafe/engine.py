@@ -320,6 +320,7 @@ class Engine:
         steps: list[StepRecord] = []
         first_look = (self._look_first and not folder and spec.max_attempts >= 1
                       and ledger.backend.single_statement_moves
+                      and envvars.CRASH_AT not in os.environ  # (checked only before a claim)
                       and _due_as_given(spec, params, canonical, now))
         if first_look:
             # a server's first look claims a new outcome or reads a known one, in one
