@@ -70,15 +70,12 @@ def test_once_performs_the_effect_once_and_answers_its_evidence_again(engine: En
     assert out is not None and out.state == "done" and out.attempts == 1
     step = engine.ledger.step("rep:2026-W10/send")
     assert step is not None and (step.state, step.evidence) == ("done", "msg-1")
-    # the history start() writes; on SQLite without the progress mark nobody could see
-    # (the record and the finish are one commit)
-    shared = engine.ledger.backend.shares_commits
+    # the history start() writes, without the progress mark nobody could see (the record
+    # and the finish are one commit: on SQLite a shared one, on a server one statement)
     assert _trail(engine, "rep:2026-W10") == [
         ("attempt", "", "active"), ("outcome", "planned", "running"),
         ("step", "", "running"), ("step", "running", "done"),
-        *([] if shared else [("outcome", "running", "delivered")]),
-        ("attempt", "active", "finished"),
-        ("outcome", "running" if shared else "delivered", "done")]
+        ("attempt", "active", "finished"), ("outcome", "running", "done")]
 
 
 def _statements(engine: Engine) -> list[str]:
@@ -371,9 +368,10 @@ def test_a_kill_at_each_point_then_a_rerun_performs_the_effect_once(
 
 
 def test_a_kill_after_the_record_finds_the_outcome_done_not_delivered(
-        home: Home, tmp_path: Path) -> None:
-    """The record and the finish are one commit: a kill after the record is a done
-    outcome, never a delivered one waiting for close-out."""
+        any_home: Home, tmp_path: Path) -> None:
+    """The record and the finish are one commit (on a server, one statement): a kill
+    after the record is a done outcome, never a delivered one waiting for close-out."""
+    home = any_home
     home.path.mkdir()
     home.config(CONFIG)
     box = tmp_path / "outbox.txt"
@@ -484,3 +482,39 @@ def test_a_done_outcome_answers_done_under_a_mistyped_crash_drill(
     with pytest.raises(InvalidInput, match="is not STEP:POINT"):
         engine.once("rep", {"week": "2026-W11"}, "send", "message", execute=lambda k: "m-2")
     assert engine.ledger.outcome("rep:2026-W11") is None
+
+
+def test_a_record_with_another_step_open_closes_out_as_start_does(engine: Engine) -> None:
+    """An earlier attempt left another step failed: the record stands, the finish does not
+    happen with it, and close-out judges the outcome as under start()."""
+    def refused(step_key: str) -> str:
+        raise EffectFailed("refused")
+
+    for week in ("2026-W10", "2026-W11"):
+        with pytest.raises(StepFailed), engine.start("rep", {"week": week}) as run:
+            run.effect("other", "local_write", execute=refused)
+    assert engine.once("rep", WEEK, "send", "local_write", execute=lambda k: "m-1") == "m-1"
+    with engine.start("rep", {"week": "2026-W11"}) as run:
+        run.effect("send", "local_write", execute=lambda k: "m-1")
+    a, b = engine.ledger.outcome("rep:2026-W10"), engine.ledger.outcome("rep:2026-W11")
+    assert a is not None and b is not None
+    assert (a.state, a.reason, a.current_attempt) == (b.state, b.reason, b.current_attempt)
+    assert a.state == "failed" and "step other failed" in a.reason
+    step = engine.ledger.step("rep:2026-W10/send")
+    assert step is not None and (step.state, step.evidence) == ("done", "m-1")
+
+
+def test_a_lease_broken_while_the_effect_ran_refuses_the_record(engine: Engine) -> None:
+    """A person broke the attempt's lease while its effect ran: the record is refused
+    (the attempt is stale), nothing finishes the outcome, and the step is left for the
+    next run to look up."""
+    def send(step_key: str) -> str:
+        engine.break_lease("rep:2026-W10", actor="ops")
+        return "m-1"
+
+    with pytest.raises(retrysafe.StaleAttempt):
+        engine.once("rep", WEEK, "send", "local_write", execute=send)
+    out = engine.ledger.outcome("rep:2026-W10")
+    assert out is not None and out.state != "done" and out.current_attempt is None
+    step = engine.ledger.step("rep:2026-W10/send")
+    assert step is not None and step.state == "unknown"

@@ -202,6 +202,10 @@ class Run:
         self._landed = False  # has a shared commit of this run committed (its claim with it)?
         self._beat_wanted = False
         self._held: list[tuple[str, str]] = []  # crash points reached inside a shared commit
+        #: Engine.once on a server: the record finishes the attempt in the same statement
+        #: (LedgerCore.record_and_finish), and close-out finds it finished (_prefinished)
+        self._finish_with_record = False
+        self._prefinished: OutcomeRecord | None = None
         if attempt is not None:
             hold(attempt.id, self)  # this process works on it: others must not take it over
 
@@ -776,6 +780,15 @@ class Run:
             self._share_open = self.ledger.backend.open_shared()
             # nobody can see the outcome delivered and not yet done: no mark in between
             mark = None
+        elif self._finish_with_record:
+            self.stop_heartbeat()
+            recorded, self._prefinished = self.ledger.record_and_finish(
+                self._attempt(), skey, evidence)
+            if recorded:
+                self._log(skey, "record", "done", evidence=evidence)
+                self._crash_point(name, "after-record")
+                return "" if evidence is None else evidence
+            # (nothing was written: the record below says why)
         self._record(skey, name, item, evidence, mark)
         # no evidence is "", as every later read of the step gives it (the signature's str)
         return "" if evidence is None else evidence

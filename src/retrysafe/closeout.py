@@ -49,6 +49,8 @@ class ClosingRun(Protocol):
     job: Job
     key: str
     attempt: AttemptRecord | None
+    #: the attempt as its effect's record finished it (Engine.once on a server), if it did
+    _prefinished: OutcomeRecord | None
 
     @property
     def folder(self) -> AttemptFolder: ...
@@ -164,8 +166,8 @@ def close(run: ClosingRun, success: bool, reason: str = "") -> OutcomeRecord:
     # the job's own, nothing stopped) is finished by a write that checks the steps itself
     # (on a server, in one round trip); anything in its way and the steps are read and
     # judged.
-    out = None
-    if success and attempt.id not in _CUT and not run.job.expected_artifacts \
+    out = run._prefinished  # (the record's statement finished it: nothing is left to write)
+    if out is None and success and attempt.id not in _CUT and not run.job.expected_artifacts \
             and not run.job.accept:
         out = run.ledger.finish_clear(attempt)
     if out is not None:

@@ -571,8 +571,9 @@ class Engine:
         spec = self.config.job(job)
         # close-out that judges nothing beyond the steps runs no command, so its finish
         # may share the record's commit
-        share = (self.ledger.backend.shares_commits and not spec.expected_artifacts
-                 and not spec.accept)
+        backend = self.ledger.backend
+        clear = not spec.expected_artifacts and not spec.accept
+        share = backend.shares_commits and clear
         started = _Started(self, job, params or {}, heartbeat and not share, share)
         try:
             run = started.__enter__()
@@ -582,6 +583,8 @@ class Engine:
         if share and not run.read_only:
             run._shared = run._share_open = True
             run._beat_wanted = heartbeat
+        # a server writes each phase in one statement: the record's finishes the attempt
+        run._finish_with_record = clear and backend.single_statement_moves
         try:
             evidence = run.effect(step, effect_class, execute=execute, lookup=lookup,
                                   connector=connector, connector_name=connector_name,

@@ -209,3 +209,25 @@ def test_sixteen_engines_starting_one_new_outcome_at_once_start_one_attempt(
     assert len(engine.ledger.attempts("j:race")) == 1
     started = [e for e in engine.ledger.history("j:race") if e.kind == "attempt"]
     assert [e.to_state for e in started] == ["active", "finished"]  # (closed above)
+
+
+def test_once_records_and_finishes_in_one_statement(engine: Engine, sent: list[str]) -> None:
+    """``once()`` on a server: the claim, the intent, and the record with the finish are
+    three statements (``start()`` with ``effect()``: four), and the outcome's history is
+    the same but for the progress mark between the record and the finish."""
+    assert engine.once("j", {"n": "b"}, "send", "local_write", execute=lambda k: "m-1") == "m-1"
+    assert len(sent) == 3, sent
+    assert "rs_attempts" in sent[-1] and "UPDATE rs_steps" in sent[-1]
+    out = engine.ledger.outcome("j:b")
+    assert out is not None and (out.state, out.current_attempt) == ("done", None)
+    assert out.accepted_attempt is not None
+    attempt = engine.ledger.attempts("j:b")[0]
+    assert (attempt.state, attempt.result) == ("finished", "done")
+    step = engine.ledger.step("j:b/send")
+    assert step is not None and (step.state, step.evidence) == ("done", "m-1")
+    ids = [e.id for e in engine.ledger.history("j:b")]
+    assert ids == sorted(ids) and [(e.kind, e.to_state) for e in engine.ledger.history("j:b")][-3:] \
+        == [("step", "done"), ("attempt", "finished"), ("outcome", "done")]
+    sent.clear()
+    assert engine.once("j", {"n": "b"}, "send", "local_write", execute=lambda k: "no") == "m-1"
+    assert len(sent) == 1

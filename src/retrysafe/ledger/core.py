@@ -607,6 +607,38 @@ class LedgerCore:
             done, reason))
         return outcome_from_values(rows[0]) if rows else None
 
+    def record_and_finish(self, attempt: AttemptRecord, step_key: str,
+                          evidence: Any) -> tuple[bool, OutcomeRecord | None]:
+        """A server's record of an effect (its step ``running`` -> ``done`` with the
+        evidence, fenced, as :meth:`move_step` records it, without a progress mark) and,
+        in the same statement, the attempt's finish as ``done`` and accepted when nothing
+        else stands in its way (as :meth:`finish_clear`): one round trip, one durable
+        commit (:meth:`Engine.once <retrysafe.engine.Engine.once>`, whose effect is the
+        attempt's last work). ``(False, None)``: not recorded and nothing written (a
+        :meth:`move_step` says why); ``(True, None)``: recorded, not finished (close-out
+        judges the steps); ``(True, outcome)``: both."""
+        code, done = moves.CODES, _S.DONE.value
+        active, finished = AttemptState.ACTIVE.value, AttemptState.FINISHED.value
+        changes = {"state": done, "attempt_id": attempt.id, "fence": attempt.fence,
+                   "reason": "", "cause": "", "evidence": to_column(evidence)}
+        sql = moves.single_statement(self.backend.now_sql, None, (*changes, "updated_at"), 1,
+                                     False, 0, len(_TO_DONE))
+        rows = self.backend.execute_rows(sql, (
+            attempt.outcome_key, attempt.fence, attempt.id,
+            *changes.values(), step_key, _RUNNING,
+            attempt.number, "", code[done], attempt.number,
+            *_TO_DONE, step_key, done,
+            finished, _O.DONE.value, attempt.id,
+            _O.DONE.value, "", attempt.id,
+            attempt.number, attempt.fence,
+            code["attempt"], code[active], code[finished], f"result {_O.DONE.value}",
+            code["outcome"], code[_O.DONE.value], "",
+            _O.DONE.value, ""))
+        if not rows:
+            return False, None
+        values = rows[0][1:]
+        return True, outcome_from_values(values) if values[0] is not None else None
+
     def _runners(self, tx: Tx, attempt: AttemptRecord) -> list[Holder]:
         """The processes running ``attempt``'s running steps."""
         return [Holder(r["runner_host"], r["runner_pid"], r["runner_started"]) for r in tx.rows(

@@ -33,6 +33,7 @@ from collections.abc import Iterable
 
 from .backend import Tx
 from .migrations import WORDS
+from .records import OUTCOME_COLUMNS
 
 __all__ = ["CODES", "HISTORY_CODES", "HISTORY_COLUMNS", "HISTORY_VALUES", "KNOWN_WORDS",
            "OUTCOME_ID", "STARTED_IT",
@@ -161,6 +162,7 @@ def single_statement(
     sources: int,
     count_try: bool,
     progress_sources: int,
+    finish_from: int = 0,
 ) -> str:
     """The whole move as one statement; ``now`` is the database clock as an expression.
 
@@ -173,6 +175,17 @@ def single_statement(
     number, the actor and the new state's code for the outcome's history row.
     The result is one row (the state the step moved from, ``NULL`` when it
     was created), or none.
+
+    ``finish_from`` (a record, :meth:`~retrysafe.ledger.core.LedgerCore.record_and_finish`):
+    the attempt is finished ``done`` and accepted by the same statement when the step
+    moved, the outcome is in one of ``finish_from`` states and every other step of it is
+    ``done`` with no artifact (as :func:`~retrysafe.ledger.core._finish_done_sql`
+    finishes, after the step's history row). More parameters, after the move's: those
+    states, the step key, the ``done`` step state; the attempt's new state and result,
+    its id; the outcome's new state, reason and accepted attempt; the attempt's number
+    and fence; the attempt row's kind, from, to and reason; the outcome row's kind and
+    to, its reason; the outcome's new state and reason again. The result then also holds
+    the finished outcome's columns (``NULL`` when it was not finished).
     """
     parts = ["f AS (SELECT id, key, state FROM rs_outcomes"
              " WHERE key = ? AND fence = ? AND current_attempt = ? FOR UPDATE)"]
@@ -206,4 +219,26 @@ def single_statement(
         parts.append(f"oe AS (INSERT INTO rs_history ({HISTORY_COLUMNS}) SELECT f.id, '',"
                      f" {now}, ?, w.fence, ?, {_OUTCOME}, {word('o.old')}, ?, ''"
                  " FROM o, w, f, e)")
-    return "WITH " + ",\n".join(parts) + "\nSELECT previous_state FROM w"
+    if not finish_from:
+        return "WITH " + ",\n".join(parts) + "\nSELECT previous_state FROM w"
+    marks = ", ".join("?" * finish_from)
+    parts += [
+        # (f's row as the statement began: the step it moved is skipped, w says it moved)
+        "c AS (SELECT f.id, f.key, f.state, k.reason FROM f JOIN rs_outcomes k ON k.id = f.id"
+        f" WHERE EXISTS (SELECT 1 FROM w WHERE COALESCE(w.artifact, '') = '')"
+        f" AND f.state IN ({marks}) AND NOT EXISTS (SELECT 1 FROM rs_steps"
+        " WHERE outcome_key = f.key AND step_key <> ? AND (state <> ?"
+        " OR COALESCE(artifact, '') <> '')))",
+        f"fa AS (UPDATE rs_attempts SET state = ?, result = ?, ended_at = {now} FROM c"
+        " WHERE rs_attempts.id = ? RETURNING rs_attempts.id)",
+        f"fo AS (UPDATE rs_outcomes SET state = ?, reason = ?, cause = '', updated_at = {now},"
+        " current_attempt = NULL, accepted_attempt = ? FROM c, fa WHERE rs_outcomes.key = c.key"
+        " RETURNING rs_outcomes.*)",
+        # reading e, the finish's rows are written after the step's (and take later ids)
+        f"fh AS (INSERT INTO rs_history ({HISTORY_COLUMNS})"
+        f" SELECT c.id, '', {now}, ?, ?, '', v.kind, v.frm, v.too, v.reason"
+        f" FROM c, fa, e, LATERAL (VALUES (1, ?, ?, ?, ?), (2, ?, {word('c.state')}, ?, ?))"
+        " AS v (n, kind, frm, too, reason) WHERE v.n = 1 OR c.state <> ? OR c.reason <> ?"
+        " ORDER BY v.n)"]
+    return ("WITH " + ",\n".join(parts) + "\nSELECT w.previous_state, "
+            + ", ".join(f"fo.{c}" for c in OUTCOME_COLUMNS) + " FROM w LEFT JOIN fo ON TRUE")
