@@ -650,6 +650,13 @@ def _pg_rs_worker(mode: str, url: str, home: str, keys: list[str], barrier: Any,
 
             one(f"warm-{keys[0]}")
             _pg_timed(keys, one, barrier, out)
+        elif mode == "once":
+            def one(k: str) -> None:
+                retrysafe.once("bench", {"run": k}, "send", "local_write", execute=_execute,
+                               home=home, ledger=url)
+
+            one(f"warm-{keys[0]}")
+            _pg_timed(keys, one, barrier, out)
         else:
             with Engine.open(home, ledger=url) as engine:
                 def one(k: str) -> None:
@@ -735,6 +742,7 @@ def run_postgres(admin_url: str, keys: int, rounds: int, concurrency: list[int],
         "rs_start": ("retrysafe `start()` per key", _pg_rs_worker, ("start", url, str(home))),
         "rs_engine": ("retrysafe, one `Engine` reused", _pg_rs_worker,
                       ("engine", url, str(home))),
+        "rs_once": ("retrysafe `once()` per key", _pg_rs_worker, ("once", url, str(home))),
         "base": ("psycopg, INSERT ... ON CONFLICT in autocommit", _pg_base_worker, (url,)),
     }
     if _available("dbos"):
@@ -767,7 +775,7 @@ def run_postgres(admin_url: str, keys: int, rounds: int, concurrency: list[int],
                                          "first_median": median(first[n]),
                                          "rerun_median": median(rerun[n])}
             ratios = []
-            for mine in ("rs_start", "rs_engine"):
+            for mine in ("rs_start", "rs_engine", "rs_once"):
                 for peer, t in (("dbos", TARGET_PG_DBOS), ("base", TARGET_PG_BASE)):
                     if peer not in first:
                         continue
