@@ -151,18 +151,32 @@ def test_an_effect_that_raises_leaves_it_unknown_and_the_retry_looks_it_up(
     assert len(done) == 1
 
 
-def test_bad_input_executes_nothing_and_ends_as_start_ends_it(engine: Engine) -> None:
+@pytest.mark.parametrize(("step", "cls", "said"), [
+    ("send", "no-such-class", "unknown effect class 'no-such-class'"),
+    ("a/b", "message", "step"),
+    ("caf\udce9", "message", "step"),
+    ("", "message", "step"),
+])
+def test_bad_input_executes_nothing_and_writes_nothing(engine: Engine, step: str, cls: str,
+                                                        said: str) -> None:
+    """Refused with one clear error before the claim (under start() the block has
+    claimed an attempt by then, and it ends failed)."""
     called: list[str] = []
-    with pytest.raises(InvalidInput):
-        engine.once("rep", WEEK, "send", "no-such-class", execute=called.append)
-    with pytest.raises(InvalidInput), \
-            engine.start("rep", {"week": "2026-W11"}) as run:
-        run.effect("send", "no-such-class", execute=called.append)
+    with pytest.raises(InvalidInput, match=said):
+        engine.once("rep", WEEK, step, cls, execute=called.append)
     assert called == []
-    a, b = engine.ledger.outcome("rep:2026-W10"), engine.ledger.outcome("rep:2026-W11")
-    assert a is not None and b is not None
-    assert (a.state, a.current_attempt, a.attempts) == (b.state, b.current_attempt, b.attempts)
-    assert _trail(engine, "rep:2026-W10") == _trail(engine, "rep:2026-W11")
+    assert engine.ledger.outcome("rep:2026-W10") is None
+    assert engine.once("rep", WEEK, "send", "message", execute=lambda k: "m-1") == "m-1"
+
+
+def test_bad_parameters_are_refused_before_anything_is_written(engine: Engine) -> None:
+    with pytest.raises(retrysafe.InvalidParameter):
+        engine.once("rep", {"week": "W10"}, "send", "message", execute=lambda k: "m")
+    with pytest.raises(retrysafe.InvalidParameter):
+        engine.once("rep", {"week": 10}, "send", "message",  # type: ignore[dict-item]
+                    execute=lambda k: "m")
+    assert engine.ledger.outcome("rep:W10") is None
+    assert engine.ledger.outcome("rep:10") is None
 
 
 def test_a_busy_outcome_is_refused_and_the_ledger_is_left_unlocked(engine: Engine) -> None:

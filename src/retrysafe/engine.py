@@ -44,7 +44,7 @@ from .errors import (
 from .folders import AttemptFolder, outcome_dir
 from .fsio import check_writable
 from .identity import LedgerMismatch, lost_work, refuse_missing_file
-from .keys import DRILL_MARK, check_key, check_name, slug, step_ref
+from .keys import DRILL_MARK, check_key, check_name, slug, step_key, step_ref
 from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, StepRecord, open_ledger
 from .process import attempt_liveness, collect_if_held, this_holder
 from .states import BlockCause, ClaimStatus, OutcomeState, StepState
@@ -568,7 +568,14 @@ class Engine:
              item: str | None = None, check: str | None = None, allow_update: bool = False,
              heartbeat: bool = True) -> str:
         """:func:`once` on this engine."""
-        spec = self.config.job(job)
+        # a bad step name, item or effect class is refused before anything is written (under
+        # start() the block would have claimed an attempt first)
+        spec, key, _ = self.outcome_key(job, params or {})
+        step_key(key, step, item)
+        if connector is None and effect_class is not None:
+            from .effects import parse_class
+
+            parse_class(effect_class)
         # close-out that judges nothing beyond the steps runs no command, so its finish
         # may share the record's commit
         backend = self.ledger.backend
