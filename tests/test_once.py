@@ -532,3 +532,34 @@ def test_a_lease_broken_while_the_effect_ran_refuses_the_record(engine: Engine) 
     assert out is not None and out.state != "done" and out.current_attempt is None
     step = engine.ledger.step("rep:2026-W10/send")
     assert step is not None and step.state == "unknown"
+
+
+def test_a_claim_racing_another_threads_fresh_attempt_answers_busy(
+        engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between one thread's claim and its Run, another thread of the same process claims
+    the same outcome: the fresh attempt is this process's, not one it abandoned, so the
+    answer is busy (it was taken over, and the first thread's writes were refused)."""
+    gate, inside = threading.Event(), threading.Event()
+    real = Engine.run_for
+
+    def slow_run_for(self: Engine, *args: Any, **kw: Any) -> Any:
+        if threading.current_thread().name == "first":
+            inside.set()
+            gate.wait(20)
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(Engine, "run_for", slow_run_for)
+    begun: dict[str, Any] = {}
+    first = threading.Thread(
+        target=lambda: begun.update(first=engine.begin("rep", WEEK, folder=False)),
+        name="first")
+    first.start()
+    try:
+        assert inside.wait(20)
+        second = engine.begin("rep", WEEK, folder=False)
+    finally:
+        gate.set()
+        first.join(20)
+    assert (begun["first"].status, second.status) == ("started", "busy")
+    assert begun["first"].run.close(success=True).state == "done"  # (not stale)
+    assert len(engine.ledger.attempts("rep:2026-W10")) == 1

@@ -46,7 +46,8 @@ from .fsio import check_writable
 from .identity import LedgerMismatch, lost_work, refuse_missing_file
 from .keys import DRILL_MARK, check_key, check_name, slug, step_key, step_ref
 from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, StepRecord, open_ledger
-from .process import attempt_liveness, collect_if_held, this_holder
+from .ledger.core import new_attempt_id
+from .process import attempt_liveness, collect_if_held, hold, release, this_holder
 from .states import BlockCause, ClaimStatus, OutcomeState, StepState
 
 if TYPE_CHECKING:
@@ -332,9 +333,15 @@ class Engine:
             # from then on, until a read finds a new outcome.
             self._before_claim()
             claimant, claim_context = _claimant(holder, context, lease_seconds)
-            claim, known, steps = ledger.claim_or_read(
-                key, job=spec.name, params=canonical, holder=claimant,
-                lease_seconds=lease_seconds or spec.lease_seconds, context=claim_context)
+            attempt_id = _claiming()
+            try:
+                claim, known, steps = ledger.claim_or_read(
+                    key, job=spec.name, params=canonical, holder=claimant,
+                    lease_seconds=lease_seconds or spec.lease_seconds, context=claim_context,
+                    attempt_id=attempt_id)
+            finally:
+                if claim is None:
+                    release(attempt_id)
             if known is not None and known.state == OutcomeState.DONE:
                 self._look_first = False
         if claim is None:
@@ -428,17 +435,25 @@ class Engine:
         claimant, claim_context = _claimant(holder, context, lease_seconds)
         if share:
             self.ledger.backend.open_shared()
-        return self.ledger.claim(
-            key,
-            job=spec.name,
-            params=canonical,
-            holder=claimant,
-            lease_seconds=lease_seconds or spec.lease_seconds,
-            max_attempts=spec.max_attempts,
-            liveness=attempt_liveness,
-            context=claim_context,
-            taken=taken,
-        )
+        attempt_id = _claiming()
+        claim = None
+        try:
+            claim = self.ledger.claim(
+                key,
+                job=spec.name,
+                params=canonical,
+                holder=claimant,
+                lease_seconds=lease_seconds or spec.lease_seconds,
+                max_attempts=spec.max_attempts,
+                liveness=attempt_liveness,
+                context=claim_context,
+                taken=taken,
+                attempt_id=attempt_id,
+            )
+        finally:
+            if claim is None or claim.status is not ClaimStatus.STARTED:
+                release(attempt_id)
+        return claim
 
     def _before_claim(self) -> None:
         """What every claim is preceded by: a crash drill's points checked, the home made."""
@@ -782,6 +797,16 @@ def _claimant(holder: Holder | None, context: Mapping[str, str] | None,
     if lease_seconds is not None:
         claim_context[LEASE_FIELD] = str(lease_seconds)
     return holder or this_holder(), claim_context
+
+
+def _claiming() -> str:
+    """The id of the attempt this thread is about to claim, held by this process from now
+    on (process.hold): between the claim's commit and its Run, another thread's claim
+    must not take the new attempt for one this process abandoned. Released by the
+    caller unless the claim started it (its Run then holds it)."""
+    attempt_id = new_attempt_id()
+    hold(attempt_id, threading.current_thread())
+    return attempt_id
 
 
 def _due_as_given(spec: Job, given: Mapping[str, str], canonical: Mapping[str, str],

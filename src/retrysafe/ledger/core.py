@@ -420,6 +420,7 @@ class LedgerCore:
         liveness: Liveness = lease_only,
         context: Mapping[str, str] | None = None,
         taken: bool = False,
+        attempt_id: str | None = None,
     ) -> Claim:
         """Start attempt N+1 at ``key`` unless it is done, blocked, or held by a live attempt.
 
@@ -433,11 +434,16 @@ class LedgerCore:
         The claim commits without a sync of its own: the attempt's first intent
         (synced, before any effect) makes it durable, and a claim a power cut
         loses started nothing outside the ledger.
+
+        ``attempt_id``: the id the next attempt gets (the caller's own, so that it can
+        say its process holds that attempt before the claim commits); a new one if None.
         """
+        attempt_id = attempt_id or new_attempt_id()
         # a one-trip claim found the key taken (``taken``: the caller's already did,
         # :meth:`claim_or_read`)
         if max_attempts >= 1 and self.backend.single_statement_moves and not taken:
-            started = self._claim_new(key, job, params, holder, lease_seconds, context)
+            started = self._claim_new(key, job, params, holder, lease_seconds, context,
+                                      attempt_id)
             if started is not None:
                 return started
             taken = True
@@ -447,7 +453,6 @@ class LedgerCore:
             if taken:
                 made = None
             elif max_attempts >= 1:
-                attempt_id = new_attempt_id()
                 # the clock as SQL where the database has one: this statement needs no
                 # value of tx.now, so a server's BEGIN goes out with it (one round trip)
                 now_sql = self.backend.now_sql
@@ -498,16 +503,17 @@ class LedgerCore:
                 out = self._exhaust(tx, out, used, max_attempts)
                 return Claim(ClaimStatus.BLOCKED, out, reason=out.reason, superseded=superseded)
             with tx.final_writes():  # written, not read: one round trip on a server
-                attempt, out = self._start_attempt(tx, out, holder, lease_seconds, context)
+                attempt, out = self._start_attempt(tx, out, holder, lease_seconds, context,
+                                                   attempt_id=attempt_id)
             return Claim(ClaimStatus.STARTED, out, attempt=attempt, superseded=superseded)
 
     def _claim_new(self, key: str, job: str, params: Mapping[str, str], holder: Holder,
-                   lease_seconds: float, context: Mapping[str, str] | None) -> Claim | None:
+                   lease_seconds: float, context: Mapping[str, str] | None,
+                   attempt_id: str) -> Claim | None:
         """A server's claim of a new outcome in one round trip (one statement, committed
         on its own without waiting for the disk, planned once per connection): what
         :meth:`claim`'s insert and :meth:`_start_attempt` write, in the same rows.
         ``None``: the key is taken, and nothing was written."""
-        attempt_id = new_attempt_id()
         rows = self._claim_new_rows(key, job, params, holder, lease_seconds, context,
                                     attempt_id, read=False)
         if not rows:
@@ -538,6 +544,7 @@ class LedgerCore:
     def claim_or_read(
         self, key: str, *, job: str, params: Mapping[str, str], holder: Holder,
         lease_seconds: float, context: Mapping[str, str] | None = None,
+        attempt_id: str | None = None,
     ) -> tuple[Claim | None, OutcomeRecord | None, list[StepRecord]]:
         """A server's first look at an outcome, in one round trip: a new outcome claimed
         by attempt 1 (as :meth:`claim` claims it), else the outcome and its steps as
@@ -547,7 +554,7 @@ class LedgerCore:
         :attr:`~retrysafe.ledger.backend.Backend.single_statement_moves`; the caller
         does what it does before a claim first, and with what was read, what it does
         before :meth:`claim` (``taken=True``)."""
-        attempt_id = new_attempt_id()
+        attempt_id = attempt_id or new_attempt_id()
         rows = self._claim_new_rows(key, job, params, holder, lease_seconds, context,
                                     attempt_id, read=True)
         if not rows:
