@@ -304,6 +304,7 @@ class Engine:
         lease_seconds: float | None = None,
         folder: bool = True,
         share: bool = False,
+        keyed: tuple[Job, str, dict[str, str]] | None = None,
     ) -> Start:
         """Claim the next attempt of the outcome ``job`` + ``params`` names.
 
@@ -312,9 +313,10 @@ class Engine:
         command renews the same lease (:meth:`resume`). ``folder=False``: the
         attempt folder is made on demand (folders.py), as :meth:`start` does.
         ``share``: a claim this makes opens a shared commit first (:meth:`once`), which
-        the caller closes.
+        the caller closes. ``keyed``: what :meth:`outcome_key` gave the caller for
+        ``job`` and ``params`` (it validated them first).
         """
-        spec, key, canonical = self.outcome_key(job, params, now)
+        spec, key, canonical = keyed or self.outcome_key(job, params, now)
         ledger = self.ledger
         claim: Claim | None = None
         known: OutcomeRecord | None = None
@@ -585,7 +587,8 @@ class Engine:
         """:func:`once` on this engine."""
         # a bad step name, item or effect class is refused before anything is written (under
         # start() the block would have claimed an attempt first)
-        spec, key, _ = self.outcome_key(job, params or {})
+        keyed = self.outcome_key(job, params or {})
+        spec, key, _ = keyed
         step_key(key, step, item)
         if connector is None and effect_class is not None:
             from .effects import parse_class
@@ -596,7 +599,7 @@ class Engine:
         backend = self.ledger.backend
         clear = not spec.expected_artifacts and not spec.accept
         share = backend.shares_commits and clear
-        started = _Started(self, job, params or {}, heartbeat and not share, share)
+        started = _Started(self, job, params or {}, heartbeat and not share, share, keyed)
         try:
             run = started.__enter__()
         except BaseException:
@@ -639,12 +642,14 @@ class _Started:
     closes the attempt out: ``done`` as its steps say, or, after an exception, what
     they say then. A stale attempt closes its files and writes nothing."""
 
-    __slots__ = ("engine", "heartbeat", "job", "named", "params", "run", "share")
+    __slots__ = ("engine", "heartbeat", "job", "keyed", "named", "params", "run", "share")
 
     def __init__(self, engine: Engine, job: str, params: Mapping[str, str],
-                 heartbeat: bool, share: bool = False) -> None:
+                 heartbeat: bool, share: bool = False,
+                 keyed: tuple[Job, str, dict[str, str]] | None = None) -> None:
         self.engine, self.job, self.params, self.heartbeat = engine, job, params, heartbeat
         self.share = share  # a claim opens a shared commit (Engine.once)
+        self.keyed = keyed  # the outcome's key, worked out already (Engine.once)
         self.run: Run | None = None
         self.named: Token[tuple[str, ...] | None] | None = None
 
@@ -665,7 +670,8 @@ class _Started:
 
     def _enter(self) -> Run:
         engine = self.engine
-        begun = engine.begin(self.job, self.params, folder=False, share=self.share)
+        begun = engine.begin(self.job, self.params, folder=False, share=self.share,
+                             keyed=self.keyed)
         if self.share and begun.status is not ClaimStatus.STARTED:
             engine.ledger.backend.close_shared()  # (what the claim wrote: a supersede)
         if begun.status is ClaimStatus.DONE:
