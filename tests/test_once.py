@@ -563,3 +563,31 @@ def test_a_claim_racing_another_threads_fresh_attempt_answers_busy(
     assert (begun["first"].status, second.status) == ("started", "busy")
     assert begun["first"].run.close(success=True).state == "done"  # (not stale)
     assert len(engine.ledger.attempts("rep:2026-W10")) == 1
+
+
+def test_a_close_out_that_fails_lets_the_next_run_of_this_process_take_over(
+        home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The finish fails (the disk filled): the error is said, and the same process's next
+    run takes the open attempt over and closes the outcome, instead of answering busy
+    until the process exits."""
+    from retrysafe.errors import StorageFull
+    from retrysafe.ledger.core import LedgerCore
+
+    home.path.mkdir()
+    home.config(CONFIG)
+    sent: list[str] = []
+
+    def full(self: LedgerCore, *args: Any, **kw: Any) -> Any:
+        raise StorageFull("ledger: database or disk is full")
+
+    with Engine.open(home.path) as engine:
+        with monkeypatch.context() as patched:
+            patched.setattr(LedgerCore, "finish_clear", full)
+            patched.setattr(LedgerCore, "finish", full)
+            with pytest.raises(StorageFull), engine.start("rep", WEEK) as run:
+                run.effect("send", "message", execute=lambda k: sent.append(k) or "m-1")
+        with engine.start("rep", WEEK) as run:
+            assert run.effect("send", "message", execute=lambda k: "again") == "m-1"
+        out = engine.ledger.outcome("rep:2026-W10")
+        assert out is not None and out.state == "done" and out.attempts == 2
+    assert sent == ["rep:2026-W10/send"]

@@ -42,7 +42,7 @@ from .folders import AttemptFolder
 from .fsio import artifact_problem, atomic_copy, sha256_file
 from .keys import check_name, slug, step_key, step_ref
 from .ledger import AttemptRecord, Ledger, OutcomeRecord, StepRecord
-from .process import hold, holder_gone, this_holder
+from .process import hold, holder_gone, release, this_holder
 from .states import PROGRESS_MARKS, Action, BlockCause, OutcomeState, StepState
 
 if TYPE_CHECKING:
@@ -1101,5 +1101,13 @@ class Run:
         An attempt closes once: a later call (the ``with`` block's end after an explicit
         close inside it) returns how it closed."""
         if self._closed is None:
-            self._closed = closeout.close(self, success, reason)
+            try:
+                self._closed = closeout.close(self, success, reason)
+            except BaseException:
+                # the finish may not have landed (a full disk, a lost server): this process
+                # no longer works on the attempt, so its next claim of the outcome takes it
+                # over instead of answering busy until the process exits
+                if self.attempt is not None:
+                    release(self.attempt.id)
+                raise
         return self._closed
