@@ -123,62 +123,47 @@ def _timed_twice(keys: list[str], one: Callable[[str], object]) -> tuple[float, 
     return t1 - t0, time.perf_counter() - t1
 
 
-def rs_start(sync: str) -> Contestant:
+def _start_effect(api: Any, **where: Any) -> Callable[[str], None]:
+    """One outcome per key as ``start()`` and ``effect()`` on ``api`` (the module, with
+    ``where`` naming the home, or an engine)."""
+    def one(k: str) -> None:
+        with api.start("bench", {"run": k}, **where) as r:
+            r.effect("send", "local_write", execute=_execute)
+    return one
+
+
+def _once(api: Any, **where: Any) -> Callable[[str], None]:
+    """One outcome per key as one ``once()`` call on ``api`` (as :func:`_start_effect`)."""
+    def one(k: str) -> None:
+        api.once("bench", {"run": k}, "send", "local_write", execute=_execute, **where)
+    return one
+
+
+def _close_all() -> None:
+    from retrysafe import engine
+
+    closer = getattr(engine, "close_all", None)  # (a version without it closes nothing)
+    if closer is not None:
+        closer()
+
+
+def rs_per_key(sync: str, calls: Callable[..., Callable[[str], None]]) -> Contestant:
+    """The module-level call per key (``start()`` finds its kept engine each time)."""
     def run(folder: Path, keys: list[str]) -> tuple[float, float]:
-        home = _home(folder, sync)
-
-        def one(k: str) -> None:
-            with retrysafe.start("bench", {"run": k}, home=home) as r:
-                r.effect("send", "local_write", execute=_execute)
-
+        one = calls(retrysafe, home=_home(folder, sync))
         one("warm")
         try:
             return _timed_twice(keys, one)
         finally:
-            from retrysafe import engine
-
-            closer = getattr(engine, "close_all", None)
-            if closer is not None:
-                closer()
+            _close_all()
     return run
 
 
-def rs_engine(sync: str) -> Contestant:
+def rs_reused(sync: str, calls: Callable[..., Callable[[str], None]]) -> Contestant:
+    """One ``Engine`` opened before the clock and used for every key."""
     def run(folder: Path, keys: list[str]) -> tuple[float, float]:
-        home = _home(folder, sync)
-        with Engine.open(home) as engine:
-            def one(k: str) -> None:
-                with engine.start("bench", {"run": k}) as r:
-                    r.effect("send", "local_write", execute=_execute)
-
-            one("warm")
-            return _timed_twice(keys, one)
-    return run
-
-
-def rs_once(sync: str) -> Contestant:
-    def run(folder: Path, keys: list[str]) -> tuple[float, float]:
-        home = _home(folder, sync)
-
-        def one(k: str) -> None:
-            retrysafe.once("bench", {"run": k}, "send", "local_write", execute=_execute,
-                           home=home)
-
-        one("warm")
-        try:
-            return _timed_twice(keys, one)
-        finally:
-            retrysafe.close_all()
-    return run
-
-
-def rs_engine_once(sync: str) -> Contestant:
-    def run(folder: Path, keys: list[str]) -> tuple[float, float]:
-        home = _home(folder, sync)
-        with Engine.open(home) as engine:
-            def one(k: str) -> None:
-                engine.once("bench", {"run": k}, "send", "local_write", execute=_execute)
-
+        with Engine.open(_home(folder, sync)) as engine:
+            one = calls(engine)
             one("warm")
             return _timed_twice(keys, one)
     return run
@@ -334,19 +319,19 @@ FLOOR_LABEL = "retrysafe's ledger writes alone, plain SQL (the floor; not a way 
 
 #: name -> (label, contestant, needs a peer package, synchronous)
 SQLITE: dict[str, tuple[str, Contestant, str, str]] = {
-    "rs_start_full": ("retrysafe `start()` per key", rs_start("full"), "", "FULL"),
-    "rs_engine_full": ("retrysafe, one `Engine` reused", rs_engine("full"), "", "FULL"),
-    "rs_once_full": ("retrysafe `once()` per key", rs_once("full"), "", "FULL"),
-    "rs_engine_once_full": ("retrysafe, `Engine.once` reused", rs_engine_once("full"), "",
+    "rs_start_full": ("retrysafe `start()` per key", rs_per_key("full", _start_effect), "", "FULL"),
+    "rs_engine_full": ("retrysafe, one `Engine` reused", rs_reused("full", _start_effect), "", "FULL"),
+    "rs_once_full": ("retrysafe `once()` per key", rs_per_key("full", _once), "", "FULL"),
+    "rs_engine_once_full": ("retrysafe, `Engine.once` reused", rs_reused("full", _once), "",
                             "FULL"),
     "rs_floor_full": (FLOOR_LABEL, rs_floor("full"), "", "FULL"),
     "eo_full": ("exactly-once", exactly_once("FULL"), "exactly_once", "FULL"),
     "jo_full": ("justonce", justonce("FULL"), "justonce", "FULL"),
     "ik_full": ("idemkey", idemkey("FULL"), "idemkey", "FULL"),
-    "rs_start_normal": ("retrysafe `start()` per key", rs_start("normal"), "", "NORMAL"),
-    "rs_engine_normal": ("retrysafe, one `Engine` reused", rs_engine("normal"), "", "NORMAL"),
-    "rs_once_normal": ("retrysafe `once()` per key", rs_once("normal"), "", "NORMAL"),
-    "rs_engine_once_normal": ("retrysafe, `Engine.once` reused", rs_engine_once("normal"), "",
+    "rs_start_normal": ("retrysafe `start()` per key", rs_per_key("normal", _start_effect), "", "NORMAL"),
+    "rs_engine_normal": ("retrysafe, one `Engine` reused", rs_reused("normal", _start_effect), "", "NORMAL"),
+    "rs_once_normal": ("retrysafe `once()` per key", rs_per_key("normal", _once), "", "NORMAL"),
+    "rs_engine_once_normal": ("retrysafe, `Engine.once` reused", rs_reused("normal", _once), "",
                               "NORMAL"),
     "rs_floor_normal": (FLOOR_LABEL, rs_floor("normal"), "", "NORMAL"),
     "eo_normal": ("exactly-once (its default)", exactly_once(None), "exactly_once", "NORMAL"),
@@ -459,14 +444,7 @@ def count_statements(workdir: Path, n: int = 20) -> dict[str, Any]:
         backend: Any = engine.ledger.backend
         backend._local.conn = Counting(backend._conn())
 
-        def one(k: str) -> None:
-            with engine.start("bench", {"run": k}) as r:
-                r.effect("send", "local_write", execute=_execute)
-
-        def one_call(k: str) -> None:
-            engine.once("bench", {"run": k}, "send", "local_write", execute=_execute)
-
-        for prefix, f in (("", one), ("once-", one_call)):
+        for prefix, f in (("", _start_effect(engine)), ("once-", _once(engine))):
             f(f"{prefix}count-warm")
             for phase in ("first", "rerun"):
                 calls.clear()
@@ -643,28 +621,15 @@ def _pg_timed(keys: list[str], one: Callable[[str], object], barrier: Any, out: 
 def _pg_rs_worker(mode: str, url: str, home: str, keys: list[str], barrier: Any,
                   out: Any) -> None:
     try:
-        if mode == "start":
-            def one(k: str) -> None:
-                with retrysafe.start("bench", {"run": k}, home=home, ledger=url) as r:
-                    r.effect("send", "local_write", execute=_execute)
-
-            one(f"warm-{keys[0]}")
-            _pg_timed(keys, one, barrier, out)
-        elif mode == "once":
-            def one(k: str) -> None:
-                retrysafe.once("bench", {"run": k}, "send", "local_write", execute=_execute,
-                               home=home, ledger=url)
-
-            one(f"warm-{keys[0]}")
-            _pg_timed(keys, one, barrier, out)
-        else:
+        if mode == "engine":
             with Engine.open(home, ledger=url) as engine:
-                def one(k: str) -> None:
-                    with engine.start("bench", {"run": k}) as r:
-                        r.effect("send", "local_write", execute=_execute)
-
+                one = _start_effect(engine)
                 one(f"warm-{keys[0]}")
                 _pg_timed(keys, one, barrier, out)
+        else:
+            one = (_once if mode == "once" else _start_effect)(retrysafe, home=home, ledger=url)
+            one(f"warm-{keys[0]}")
+            _pg_timed(keys, one, barrier, out)
     except BaseException as exc:
         barrier.abort()
         out.put((0.0, 0.0, 0.0, 0.0, f"{type(exc).__name__}: {exc}"))

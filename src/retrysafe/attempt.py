@@ -195,16 +195,15 @@ class Run:
         self._crash_point = never if attempt is None else injector()
         #: the furthest progress mark this run knows its outcome has reached
         self._mark = outcome.state if outcome is not None else ""
-        #: Engine.once: the claim shares the effect's intent's commit, and the record the
-        #: finish's (_leave_shared, _end_shared); the heartbeat starts once the first is in
-        self._shared = False
+        #: Engine.once: the effect is the attempt's whole work, so its record shares the
+        #: finish's commit (SQLite: a shared commit, as the claim shares the intent's;
+        #: a server: one statement, LedgerCore.record_and_finish, and close-out finds the
+        #: attempt finished, _prefinished); the heartbeat starts once the claim is in
+        self._once = False
         self._share_open = False
         self._landed = False  # has a shared commit of this run committed (its claim with it)?
         self._beat_wanted = False
         self._held: list[tuple[str, str]] = []  # crash points reached inside a shared commit
-        #: Engine.once on a server: the record finishes the attempt in the same statement
-        #: (LedgerCore.record_and_finish), and close-out finds it finished (_prefinished)
-        self._finish_with_record = False
         self._prefinished: OutcomeRecord | None = None
         if attempt is not None:
             hold(attempt.id, self)  # this process works on it: others must not take it over
@@ -320,8 +319,6 @@ class Run:
     def _forget(self) -> None:
         """An attempt whose claim never committed (its shared commit failed): nothing of
         it is in the ledger to close; this process lets go of it."""
-        from .process import release
-
         self.stop_heartbeat()
         if self.attempt is not None:
             release(self.attempt.id)
@@ -331,11 +328,10 @@ class Run:
     def _leave_shared(self) -> None:
         """Before anything leaves this process (an effect, a lookup): the claim and the
         intent committed, and the heartbeat :meth:`Engine.once` wants started."""
-        if self._shared:
-            self._end_shared()
-            if self._beat_wanted and self._beat is None:
-                self._beat_wanted = False
-                self.start_heartbeat()
+        self._end_shared()
+        if self._beat_wanted:
+            self._beat_wanted = False
+            self.start_heartbeat()
 
     def _point(self, name: str, where: str) -> None:
         """A crash point just after a write: inside a shared commit, reached once it
@@ -775,20 +771,21 @@ class Run:
                 f"step {name} of {self.key} may or may not have happened ({reason}); "
                 "the next run looks it up first", key=self.key, step=name, state=_S.UNKNOWN)
         mark: str | None = _O.DELIVERED
-        if self._shared:  # the record shares the close-out finish's commit (Engine.once)
+        backend = self.ledger.backend
+        if self._once:  # the record shares the close-out finish's commit (Engine.once)
             self.stop_heartbeat()
-            self._share_open = self.ledger.backend.open_shared()
-            # nobody can see the outcome delivered and not yet done: no mark in between
-            mark = None
-        elif self._finish_with_record:
-            self.stop_heartbeat()
-            recorded, self._prefinished = self.ledger.record_and_finish(
-                self._attempt(), skey, evidence)
-            if recorded:
-                self._log(skey, "record", "done", evidence=evidence)
-                self._crash_point(name, "after-record")
-                return "" if evidence is None else evidence
-            # (nothing was written: the record below says why)
+            if backend.shares_commits:
+                self._share_open = backend.open_shared()
+                # nobody can see the outcome delivered and not yet done: no mark between
+                mark = None
+            elif backend.single_statement_moves:
+                recorded, self._prefinished = self.ledger.record_and_finish(
+                    self._attempt(), skey, evidence)
+                if recorded:
+                    self._log(skey, "record", "done", evidence=evidence)
+                    self._crash_point(name, "after-record")
+                    return "" if evidence is None else evidence
+                # (nothing was written: the record below says why)
         self._record(skey, name, item, evidence, mark)
         # no evidence is "", as every later read of the step gives it (the signature's str)
         return "" if evidence is None else evidence

@@ -603,13 +603,13 @@ class Engine:
         try:
             run = started.__enter__()
         except BaseException:
-            self.ledger.backend.close_shared()  # (what the claim wrote before it refused)
+            backend.close_shared()  # (what the claim wrote before it refused)
             raise
-        if share and not run.read_only:
-            run._shared = run._share_open = True
+        run._once = clear
+        shared = share and not run.read_only  # (begin opened a shared commit for the claim)
+        if shared:
+            run._share_open = True
             run._beat_wanted = heartbeat
-        # a server writes each phase in one statement: the record's finishes the attempt
-        run._finish_with_record = clear and backend.single_statement_moves
         try:
             evidence = run.effect(step, effect_class, execute=execute, lookup=lookup,
                                   connector=connector, connector_name=connector_name,
@@ -619,7 +619,7 @@ class Engine:
             try:
                 run._end_shared()  # (what was written before the error stands)
             finally:
-                if run._shared and not run._landed:
+                if shared and not run._landed:
                     started.forget()  # the claim never committed: no attempt to close
                 else:
                     started.__exit__(type(exc), exc, exc.__traceback__)

@@ -53,8 +53,6 @@ class Tx(ABC):
         return contextlib.nullcontext()
 
 
-
-
 class Backend(ABC):
     """A database holding the ledger's tables."""
 

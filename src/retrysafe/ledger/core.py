@@ -242,24 +242,28 @@ def _finish_done_sql(now: str, unread: bool = False) -> str:
     :data:`OUTCOME_COLUMNS` as written, or no row. ``unread``: close-out has not read
     the steps, so a step with an accepted artifact (whose file close-out checks) stands
     in the way too."""
-    outcome = ", ".join(f"o.{c}" for c in OUTCOME_COLUMNS)
+    outcome = ", ".join(f"fo.{c}" for c in OUTCOME_COLUMNS)
     marks = ", ".join("?" * len(_TO_DONE))
     artifact = " OR COALESCE(artifact, '') <> ''" if unread else ""
     return (
         "WITH f AS (SELECT id, key, state, reason FROM rs_outcomes WHERE key = ? AND fence = ?"
         f" AND current_attempt = ? AND state IN ({marks}) AND NOT EXISTS (SELECT 1 FROM rs_steps"
         f" WHERE outcome_key = ? AND (state <> ?{artifact})) FOR UPDATE),\n"
-        f"a AS (UPDATE rs_attempts SET state = ?, result = ?, ended_at = {now} FROM f"
-        " WHERE rs_attempts.id = ? RETURNING rs_attempts.id),\n"
-        f"o AS (UPDATE rs_outcomes SET state = ?, reason = ?, cause = '', updated_at = {now},"
-        " current_attempt = NULL, accepted_attempt = ? FROM f, a WHERE rs_outcomes.key = f.key"
-        " RETURNING rs_outcomes.*),\n"
-        f"h AS (INSERT INTO rs_history ({moves.HISTORY_COLUMNS})"
-        f" SELECT f.id, '', {now}, ?, ?, '', v.kind, v.frm, v.too, v.reason"
-        f" FROM f, a, LATERAL (VALUES (1, ?, ?, ?, ?), (2, ?, {moves.word('f.state')}, ?, ?))"
-        " AS v (n, kind, frm, too, reason) WHERE v.n = 1 OR f.state <> ? OR f.reason <> ?"
-        " ORDER BY v.n)\n"
-        f"SELECT {outcome} FROM o")
+        + ",\n".join(moves.finish_writes(now, "f"))
+        + f"\nSELECT {outcome} FROM fo")
+
+
+def _finish_params(attempt: AttemptRecord, reason: str) -> tuple[Any, ...]:
+    """The parameters of :func:`moves.finish_writes <retrysafe.ledger.moves.finish_writes>`
+    for ``attempt`` finished ``done`` with ``reason``."""
+    code, done = moves.CODES, _O.DONE.value
+    active, finished = AttemptState.ACTIVE.value, AttemptState.FINISHED.value
+    return (finished, done, attempt.id,
+            done, reason, attempt.id,
+            attempt.number, attempt.fence,
+            code["attempt"], code[active], code[finished], f"result {done}",
+            code["outcome"], code[done], reason,
+            done, reason)
 
 
 class LedgerCore:
@@ -601,17 +605,9 @@ class LedgerCore:
         stands in its way: the same rows :meth:`finish` writes. ``None``: something does
         (a stale attempt, an open step), and nothing was written; :meth:`finish` then
         says what."""
-        code, done = moves.CODES, _O.DONE.value
-        active, finished = AttemptState.ACTIVE.value, AttemptState.FINISHED.value
         rows = self.backend.execute_rows(_finish_done_sql(self.backend.now_sql, unread), (
             attempt.outcome_key, attempt.fence, attempt.id, *_TO_DONE,
-            attempt.outcome_key, _S.DONE.value,
-            finished, done, attempt.id,
-            done, reason, attempt.id,
-            attempt.number, attempt.fence,
-            code["attempt"], code[active], code[finished], f"result {done}",
-            code["outcome"], code[done], reason,
-            done, reason))
+            attempt.outcome_key, _S.DONE.value, *_finish_params(attempt, reason)))
         return outcome_from_values(rows[0]) if rows else None
 
     def record_and_finish(self, attempt: AttemptRecord, step_key: str,
@@ -624,8 +620,7 @@ class LedgerCore:
         attempt's last work). ``(False, None)``: not recorded and nothing written (a
         :meth:`move_step` says why); ``(True, None)``: recorded, not finished (close-out
         judges the steps); ``(True, outcome)``: both."""
-        code, done = moves.CODES, _S.DONE.value
-        active, finished = AttemptState.ACTIVE.value, AttemptState.FINISHED.value
+        done = _S.DONE.value
         changes = {"state": done, "attempt_id": attempt.id, "fence": attempt.fence,
                    "reason": "", "cause": "", "evidence": to_column(evidence)}
         sql = moves.single_statement(self.backend.now_sql, None, (*changes, "updated_at"), 1,
@@ -633,14 +628,8 @@ class LedgerCore:
         rows = self.backend.execute_rows(sql, (
             attempt.outcome_key, attempt.fence, attempt.id,
             *changes.values(), step_key, _RUNNING,
-            attempt.number, "", code[done], attempt.number,
-            *_TO_DONE, step_key, done,
-            finished, _O.DONE.value, attempt.id,
-            _O.DONE.value, "", attempt.id,
-            attempt.number, attempt.fence,
-            code["attempt"], code[active], code[finished], f"result {_O.DONE.value}",
-            code["outcome"], code[_O.DONE.value], "",
-            _O.DONE.value, ""))
+            attempt.number, "", moves.CODES[done], attempt.number,
+            *_TO_DONE, step_key, done, *_finish_params(attempt, "")))
         if not rows:
             return False, None
         values = rows[0][1:]

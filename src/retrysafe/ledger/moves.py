@@ -37,7 +37,8 @@ from .records import OUTCOME_COLUMNS
 
 __all__ = ["CODES", "HISTORY_CODES", "HISTORY_COLUMNS", "HISTORY_VALUES", "KNOWN_WORDS",
            "OUTCOME_ID", "STARTED_IT",
-           "add_words", "progress", "single_statement", "step_insert", "step_suffix",
+           "add_words", "finish_writes", "progress", "single_statement", "step_insert",
+           "step_suffix",
            "step_update", "word"]
 
 HISTORY_COLUMNS = ("outcome, step, at, attempt, fence, actor, kind, from_state, to_state,"
@@ -179,13 +180,10 @@ def single_statement(
     ``finish_from`` (a record, :meth:`~retrysafe.ledger.core.LedgerCore.record_and_finish`):
     the attempt is finished ``done`` and accepted by the same statement when the step
     moved, the outcome is in one of ``finish_from`` states and every other step of it is
-    ``done`` with no artifact (as :func:`~retrysafe.ledger.core._finish_done_sql`
-    finishes, after the step's history row). More parameters, after the move's: those
-    states, the step key, the ``done`` step state; the attempt's new state and result,
-    its id; the outcome's new state, reason and accepted attempt; the attempt's number
-    and fence; the attempt row's kind, from, to and reason; the outcome row's kind and
-    to, its reason; the outcome's new state and reason again. The result then also holds
-    the finished outcome's columns (``NULL`` when it was not finished).
+    ``done`` with no artifact (:func:`finish_writes`, after the step's history row). More
+    parameters, after the move's: those states, the step key, the ``done`` step state,
+    then :func:`finish_writes`'. The result then also holds the finished outcome's
+    columns (``NULL`` when it was not finished).
     """
     parts = ["f AS (SELECT id, key, state FROM rs_outcomes"
              " WHERE key = ? AND fence = ? AND current_attempt = ? FOR UPDATE)"]
@@ -221,24 +219,39 @@ def single_statement(
                  " FROM o, w, f, e)")
     if not finish_from:
         return "WITH " + ",\n".join(parts) + "\nSELECT previous_state FROM w"
+    assert not progress_sources  # (the finish moves the outcome: no mark on the way)
     marks = ", ".join("?" * finish_from)
-    parts += [
+    parts.append(
         # (f's row as the statement began: the step it moved is skipped, w says it moved)
         "c AS (SELECT f.id, f.key, f.state, k.reason FROM f JOIN rs_outcomes k ON k.id = f.id"
         f" WHERE EXISTS (SELECT 1 FROM w WHERE COALESCE(w.artifact, '') = '')"
         f" AND f.state IN ({marks}) AND NOT EXISTS (SELECT 1 FROM rs_steps"
         " WHERE outcome_key = f.key AND step_key <> ? AND (state <> ?"
-        " OR COALESCE(artifact, '') <> '')))",
-        f"fa AS (UPDATE rs_attempts SET state = ?, result = ?, ended_at = {now} FROM c"
-        " WHERE rs_attempts.id = ? RETURNING rs_attempts.id)",
-        f"fo AS (UPDATE rs_outcomes SET state = ?, reason = ?, cause = '', updated_at = {now},"
-        " current_attempt = NULL, accepted_attempt = ? FROM c, fa WHERE rs_outcomes.key = c.key"
-        " RETURNING rs_outcomes.*)",
-        # reading e, the finish's rows are written after the step's (and take later ids)
-        f"fh AS (INSERT INTO rs_history ({HISTORY_COLUMNS})"
-        f" SELECT c.id, '', {now}, ?, ?, '', v.kind, v.frm, v.too, v.reason"
-        f" FROM c, fa, e, LATERAL (VALUES (1, ?, ?, ?, ?), (2, ?, {word('c.state')}, ?, ?))"
-        " AS v (n, kind, frm, too, reason) WHERE v.n = 1 OR c.state <> ? OR c.reason <> ?"
-        " ORDER BY v.n)"]
+        " OR COALESCE(artifact, '') <> '')))")
+    # reading e, the finish's rows are written after the step's (and take later ids)
+    parts += finish_writes(now, "c", after="e")
     return ("WITH " + ",\n".join(parts) + "\nSELECT w.previous_state, "
             + ", ".join(f"fo.{c}" for c in OUTCOME_COLUMNS) + " FROM w LEFT JOIN fo ON TRUE")
+
+
+def finish_writes(now: str, gate: str, after: str = "") -> list[str]:
+    """The writes of an attempt's finish as ``done`` and accepted, as ``WITH`` clauses
+    ``fa`` (the attempt), ``fo`` (the outcome, its row returned) and ``fh`` (the two
+    history rows: the attempt's; the outcome's when its state or reason changes), made
+    only while the clause ``gate`` holds the outcome's row (its ``id``, ``key``,
+    ``state`` and ``reason``, locked); the history rows are written after the clause
+    ``after``, when given. Parameters: the attempt's new state and result, its id; the
+    outcome's new state, reason and accepted attempt; the attempt's number and fence; the
+    attempt row's kind, from, to and reason; the outcome row's kind and to, its reason;
+    the outcome's new state and reason again."""
+    return [
+        f"fa AS (UPDATE rs_attempts SET state = ?, result = ?, ended_at = {now} FROM {gate}"
+        " WHERE rs_attempts.id = ? RETURNING rs_attempts.id)",
+        f"fo AS (UPDATE rs_outcomes SET state = ?, reason = ?, cause = '', updated_at = {now},"
+        f" current_attempt = NULL, accepted_attempt = ? FROM {gate}, fa"
+        f" WHERE rs_outcomes.key = {gate}.key RETURNING rs_outcomes.*)",
+        f"fh AS (INSERT INTO rs_history ({HISTORY_COLUMNS})"
+        f" SELECT {gate}.id, '', {now}, ?, ?, '', v.kind, v.frm, v.too, v.reason"
+        f" FROM {gate}, fa{f', {after}' if after else ''}, LATERAL (VALUES (1, ?, ?, ?, ?),"
+        f" (2, ?, {word(f'{gate}.state')}, ?, ?)) AS v (n, kind, frm, too, reason)"
+        f" WHERE v.n = 1 OR {gate}.state <> ? OR {gate}.reason <> ? ORDER BY v.n)"]

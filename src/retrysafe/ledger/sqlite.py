@@ -154,18 +154,10 @@ class _Transaction:
         if exc is not None:
             if self.write and conn.in_transaction:
                 conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error):
-                raise self.backend._translate(exc) from None
-            if isinstance(exc, UnicodeEncodeError):
-                raise not_text(exc) from None
+            self.backend._raise_own(exc)
             return
         if self.write:
-            try:
-                conn.execute("COMMIT")
-            except sqlite3.Error as err:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise self.backend._translate(err) from None
+            self.backend._commit(conn)
 
 
 class _Joined:
@@ -200,10 +192,7 @@ class _Joined:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK TO rs_joined")
                     conn.execute("RELEASE rs_joined")
-            if isinstance(exc, sqlite3.Error):
-                raise self.backend._translate(exc) from None
-            if isinstance(exc, UnicodeEncodeError):
-                raise not_text(exc) from None
+            self.backend._raise_own(exc)
         finally:
             self.backend._busy.discard(conn)
 
@@ -337,14 +326,27 @@ class SqliteBackend(Backend):
         conn = self._conn()
         try:
             if conn.in_transaction:
-                conn.execute("COMMIT")
+                self._commit(conn)
+        finally:
+            self._busy.discard(conn)
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        """COMMIT; one that fails is rolled back and said as the ledger's own error."""
+        try:
+            conn.execute("COMMIT")
         except sqlite3.Error as err:
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             raise self._translate(err) from None
-        finally:
-            self._busy.discard(conn)
+
+    def _raise_own(self, exc: BaseException) -> None:
+        """Raise the driver's error that ended a transaction as the ledger's own; any
+        other error is left to go on as it is."""
+        if isinstance(exc, sqlite3.Error):
+            raise self._translate(exc) from None
+        if isinstance(exc, UnicodeEncodeError):
+            raise not_text(exc) from None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         # A writing statement in autocommit takes the write lock when it starts
