@@ -381,6 +381,73 @@ def test_a_kill_at_each_point_then_a_rerun_performs_the_effect_once(
     assert out is not None and out.state == "done"
 
 
+KILLED_IN_EXECUTE = """
+import os
+import signal
+import sys
+from pathlib import Path
+
+import retrysafe
+from retrysafe import ABSENT, Found
+
+box, when = Path(sys.argv[2]), sys.argv[3]
+
+
+def commit(step_key):
+    if when == "before":
+        os.kill(os.getpid(), signal.SIGKILL)
+    with box.open("a") as f:
+        f.write(step_key + "\\n")
+    if when == "after":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "c-" + step_key
+
+
+def lookup(step_key):
+    lines = box.read_text().splitlines() if box.exists() else []
+    return Found("c-" + step_key) if step_key in lines else ABSENT
+
+
+print(retrysafe.once("rep", {"week": "2026-W10"}, "commit", "git_commit", execute=commit,
+                     lookup=lookup, home=sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_kill_inside_execute_leaves_the_intent_and_the_rerun_looks_it_up(
+        any_home: Home, tmp_path: Path, when: str) -> None:
+    """SIGKILL from inside the effect of a new outcome's first once() (on a server, its
+    intent was written with the claim, and no crash drill is set to change that): the
+    intent is in the ledger, and the next call asks the lookup, which decides whether
+    the effect runs (it had not happened) or is recorded as found (it had)."""
+    any_home.path.mkdir()
+    any_home.config(CONFIG)
+    box = tmp_path / "commits.txt"
+
+    def call(mode: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", KILLED_IN_EXECUTE, str(any_home.path),
+                               str(box), mode], env=any_home.env, capture_output=True,
+                              text=True, timeout=120, check=False)
+
+    killed = call(when)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    with any_home.open_ledger() as ledger:
+        step = ledger.step("rep:2026-W10/commit")
+    assert step is not None and step.state == "running" and step.tries == 1
+    again = call("")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == "c-rep:2026-W10/commit"
+    assert box.read_text().splitlines() == ["rep:2026-W10/commit"]  # once either way
+    with any_home.open_ledger() as ledger:
+        out = ledger.outcome("rep:2026-W10")
+        trail = [(e.kind, e.to_state, e.reason) for e in ledger.history("rep:2026-W10")
+                 if e.kind == "step"]
+    assert out is not None and out.state == "done"
+    expected = (["running", "unknown", "done"] if when == "after"  # found by the lookup
+                else ["running", "unknown", "running", "done"])
+    assert [t[1] for t in trail] == expected, trail
+
+
 def test_a_kill_after_the_record_finds_the_outcome_done_not_delivered(
         any_home: Home, tmp_path: Path) -> None:
     """The record and the finish are one commit (on a server, one statement): a kill

@@ -62,6 +62,21 @@ Lookup = Callable[[str], "LookupResult"]
 Verify = Callable[[str, str], bool]
 
 
+def check_callables(name: str, effect_class: object, execute: Execute | None,
+                    lookup: Lookup | None) -> Execute:
+    """``execute`` (with an effect class) and ``lookup`` as an effect without a connector
+    needs them: functions of the step key; else :class:`InvalidInput`, before any
+    intent (:meth:`Run.effect`) and before any claim (:meth:`Engine.once
+    <retrysafe.engine.Engine.once>`)."""
+    if execute is None or effect_class is None:
+        raise InvalidInput(f"step {name}: give execute= and an effect class, or a connector")
+    for what, given in (("execute", execute), ("lookup", lookup)):
+        if given is not None and not callable(given):
+            raise InvalidInput(f"step {name}: {what}= must be a function of the step key, "
+                               f"not {type(given).__name__} {given!r:.60}")
+    return execute
+
+
 def fingerprint(payload: Mapping[str, Any]) -> str:
     import hashlib
 
@@ -189,6 +204,9 @@ class Run:
         self._known = ({s.step_key: s for s in steps}
                        if steps is not None and attempt is None else None)
         self._beat: heartbeat.Beat | None = None
+        #: the step whose intent the claim wrote (a server's Engine.once), until effect()
+        #: goes on from it
+        self._intended: str | None = None
         self._closed: OutcomeRecord | None = None  # how close() ended the attempt
         self.on_lost: Callable[[], None] | None = None
         # drills and tests: RETRYSAFE_CRASH_AT (a read-only run writes nothing: no point)
@@ -591,6 +609,12 @@ class Run:
         # straight away, without reading first. The write only creates the step;
         # if it exists, it is read and decided below.
         if not self.read_only:
+            if self._intended is not None:
+                intended, self._intended = self._intended, None
+                if intended == skey:  # the claim wrote this step's intent (Engine.once)
+                    self._log(skey, "intent", "running")
+                    self._point(name, "after-intent")
+                    return self._perform(skey, name, item, execute)
             policy = policy_for(cls, self.job.classes)
             if not policy.approval and not (policy.lookup_first and first) and self._intent(
                     skey, name, item, cls, None, check=check, connector=connector_name,
@@ -649,12 +673,8 @@ class Run:
             conn = connector
             execute = execute or (lambda skey: conn.execute(skey, data))
             lookup = lookup or (lambda skey: conn.lookup(skey, data))
-        if execute is None or effect_class is None:
-            raise InvalidInput(f"step {name}: give execute= and an effect class, or a connector")
-        for what, given in (("execute", execute), ("lookup", lookup)):
-            if given is not None and not callable(given):  # refused before any intent
-                raise InvalidInput(f"step {name}: {what}= must be a function of the step key, "
-                                   f"not {type(given).__name__} {given!r:.60}")
+        execute = check_callables(name, effect_class, execute, lookup)
+        assert effect_class is not None
         return parse_class(effect_class), execute, lookup
 
     def _update_in_place(self, skey: str, name: str, item: str | None, step: StepRecord,

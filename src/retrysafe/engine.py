@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import envvars
-from .attempt import Execute, Lookup, Run
+from .attempt import Execute, Lookup, Run, check_callables, fingerprint
 from .config import Config, Job, ensure_home, load_config
 from .errors import (
     NAMED,
@@ -46,7 +46,7 @@ from .fsio import check_writable
 from .identity import LedgerMismatch, lost_work, refuse_missing_file
 from .keys import DRILL_MARK, check_key, check_name, slug, step_key, step_ref
 from .ledger import AttemptRecord, Claim, Holder, Ledger, OutcomeRecord, StepRecord, open_ledger
-from .ledger.core import new_attempt_id
+from .ledger.core import Intent, new_attempt_id
 from .process import attempt_liveness, collect_if_held, hold, release, this_holder
 from .states import BlockCause, ClaimStatus, OutcomeState, StepState
 
@@ -305,6 +305,7 @@ class Engine:
         folder: bool = True,
         share: bool = False,
         keyed: tuple[Job, str, dict[str, str]] | None = None,
+        intent: Intent | None = None,
     ) -> Start:
         """Claim the next attempt of the outcome ``job`` + ``params`` names.
 
@@ -314,13 +315,16 @@ class Engine:
         attempt folder is made on demand (folders.py), as :meth:`start` does.
         ``share``: a claim this makes opens a shared commit first (:meth:`once`), which
         the caller closes. ``keyed``: what :meth:`outcome_key` gave the caller for
-        ``job`` and ``params`` (it validated them first).
+        ``job`` and ``params`` (it validated them first). ``intent``: a server's first
+        look that claims a new outcome writes this step's intent with the claim
+        (:meth:`once`), and the run knows it (:meth:`Run.effect` goes on to execute).
         """
         spec, key, canonical = keyed or self.outcome_key(job, params, now)
         ledger = self.ledger
         claim: Claim | None = None
         known: OutcomeRecord | None = None
         steps: list[StepRecord] = []
+        intended = False
         first_look = (self._look_first and not folder and spec.max_attempts >= 1
                       and ledger.backend.single_statement_moves
                       and envvars.CRASH_AT not in os.environ  # (checked only before a claim)
@@ -340,10 +344,11 @@ class Engine:
                 claim, known, steps = ledger.claim_or_read(
                     key, job=spec.name, params=canonical, holder=claimant,
                     lease_seconds=lease_seconds or spec.lease_seconds, context=claim_context,
-                    attempt_id=attempt_id)
+                    attempt_id=attempt_id, intent=intent)
             finally:
                 if claim is None:
                     release(attempt_id)
+            intended = claim is not None and intent is not None
             if known is not None and known.state == OutcomeState.DONE:
                 self._look_first = False
         if claim is None:
@@ -358,6 +363,9 @@ class Engine:
         if claim.status is ClaimStatus.STARTED:
             assert claim.attempt is not None
             run = self.run_for(spec, claim.attempt, claim.outcome, folder_on_demand=not folder)
+            if first_look and intended:
+                assert intent is not None
+                run._intended = intent.step_key
             if folder:
                 from .identity import remove_temp_leftovers, set_aside_stale_folder
 
@@ -585,12 +593,14 @@ class Engine:
              item: str | None = None, check: str | None = None, allow_update: bool = False,
              heartbeat: bool = True) -> str:
         """:func:`once` on this engine."""
-        # a bad step name, item or effect class is refused before anything is written (under
-        # start() the block would have claimed an attempt first)
+        # a bad step name, item, effect class, execute or lookup is refused before anything
+        # is written (under start() the block would have claimed an attempt first)
         keyed = self.outcome_key(job, params or {})
         spec, key, _ = keyed
         step_key(key, step, item)
-        if connector is None and effect_class is not None:
+        if connector is None:
+            check_callables(step, effect_class, execute, lookup)
+            assert effect_class is not None
             from .effects import parse_class
 
             parse_class(effect_class)
@@ -599,7 +609,12 @@ class Engine:
         backend = self.ledger.backend
         clear = not spec.expected_artifacts and not spec.accept
         share = backend.shares_commits and clear
-        started = _Started(self, job, params or {}, heartbeat and not share, share, keyed)
+        intent = None
+        if backend.single_statement_moves:
+            intent = _first_intent(spec, key, step, effect_class, execute, lookup, connector,
+                                   connector_name, payload, item, check)
+        started = _Started(self, job, params or {}, heartbeat and not share, share, keyed,
+                           intent)
         try:
             run = started.__enter__()
         except BaseException:
@@ -636,20 +651,51 @@ class Engine:
         return evidence
 
 
+def _first_intent(spec: Job, key: str, step: str, effect_class: str | EffectClass | None,
+                  execute: Execute | None, lookup: Lookup | None,
+                  connector: ConnectorBase | None, connector_name: str | None,
+                  payload: Mapping[str, Any] | None, item: str | None,
+                  check: str | None) -> Intent | None:
+    """The intent :meth:`Engine.once` may write with a new outcome's claim on a server:
+    the one :meth:`Run.effect` would write first thing for a step its outcome never saw
+    (no approval to wait for, no lookup to ask first), with what it would record; None
+    where effect() would do anything else first (a connector validates its payload), so
+    that nothing is written for bad input."""
+    if connector is not None or effect_class is None:
+        return None
+    from .effects import parse_class, policy_for
+
+    cls = parse_class(effect_class)  # (once() checked it, and execute and lookup)
+    policy = policy_for(cls, spec.classes)
+    if policy.approval or (policy.lookup_first and lookup is not None):
+        return None
+    fields: dict[str, Any] = {"effect_class": str(cls)}
+    if check is not None:
+        fields["check_cmd"] = check
+    if connector_name is not None:
+        fields["connector"] = connector_name
+    if payload is not None:
+        fields["fingerprint"] = fingerprint(payload)
+    return Intent(step_key(key, step, item), step, item or "", "effect", fields)
+
+
 class _Started:
     """The context of :meth:`Engine.start` (a class, not a generator: it runs once per
     outcome). Entering claims the outcome (or reads it, when it is done); leaving
     closes the attempt out: ``done`` as its steps say, or, after an exception, what
     they say then. A stale attempt closes its files and writes nothing."""
 
-    __slots__ = ("engine", "heartbeat", "job", "keyed", "named", "params", "run", "share")
+    __slots__ = ("engine", "heartbeat", "intent", "job", "keyed", "named", "params", "run",
+                 "share")
 
     def __init__(self, engine: Engine, job: str, params: Mapping[str, str],
                  heartbeat: bool, share: bool = False,
-                 keyed: tuple[Job, str, dict[str, str]] | None = None) -> None:
+                 keyed: tuple[Job, str, dict[str, str]] | None = None,
+                 intent: Intent | None = None) -> None:
         self.engine, self.job, self.params, self.heartbeat = engine, job, params, heartbeat
         self.share = share  # a claim opens a shared commit (Engine.once)
         self.keyed = keyed  # the outcome's key, worked out already (Engine.once)
+        self.intent = intent  # written with a server's claim of a new outcome (Engine.once)
         self.run: Run | None = None
         self.named: Token[tuple[str, ...] | None] | None = None
 
@@ -671,7 +717,7 @@ class _Started:
     def _enter(self) -> Run:
         engine = self.engine
         begun = engine.begin(self.job, self.params, folder=False, share=self.share,
-                             keyed=self.keyed)
+                             keyed=self.keyed, intent=self.intent)
         if self.share and begun.status is not ClaimStatus.STARTED:
             engine.ledger.backend.close_shared()  # (what the claim wrote: a supersede)
         if begun.status is ClaimStatus.DONE:

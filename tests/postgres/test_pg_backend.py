@@ -344,6 +344,36 @@ def test_a_new_outcomes_claim_is_one_lazy_statement(pg_db: str, sent: list[str])
         ledger.close()
 
 
+def test_a_renewal_is_one_statement_holding_no_lock_after_it(pg_db: str,
+                                                               sent: list[str]) -> None:
+    """A heartbeat's renewal is one statement in autocommit: the server commits it
+    whatever the holder does next, so a holder frozen (SIGSTOP) right after it holds no
+    row another claim waits for. A stale attempt's renewal writes nothing and is
+    refused as before."""
+    from retrysafe.errors import StaleAttempt
+
+    with open_ledger(pg_db) as ledger:
+        holder = Holder("host-a", 1001, "boot:1")
+        first = ledger.claim("renew:1", job="renew", params={}, holder=holder,
+                             lease_seconds=60, max_attempts=3)
+        assert first.attempt is not None
+        sent.clear()
+        expires = ledger.renew(first.attempt, 600)
+        assert len(sent) == 1 and "BEGIN" not in sent[0] and "COMMIT" not in sent[0], sent
+        assert expires == pytest.approx(first.attempt.started_at + 600, abs=30)
+        assert ledger.attempts("renew:1")[0].lease_expires == expires
+        with psycopg.connect(pg_db, autocommit=True) as other:
+            other.execute("SET lock_timeout = '1s'")  # nothing of the renewal is held
+            other.execute("SELECT 1 FROM rs_outcomes WHERE key = 'renew:1' FOR UPDATE")
+        ledger.break_lease("renew:1", actor="tester", note="test")
+        taken = ledger.claim("renew:1", job="renew", params={}, holder=holder,
+                             lease_seconds=60, max_attempts=3)
+        assert taken.status == "started"
+        with pytest.raises(StaleAttempt):
+            ledger.renew(first.attempt, 600)
+        assert ledger.attempts("renew:1")[0].lease_expires == expires  # (not renewed)
+
+
 def _count_messages(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], Any]:
     """The messages this thread sends from now on, and the real ``execute``."""
     sent: list[str] = []

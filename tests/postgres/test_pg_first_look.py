@@ -212,11 +212,12 @@ def test_sixteen_engines_starting_one_new_outcome_at_once_start_one_attempt(
 
 
 def test_once_records_and_finishes_in_one_statement(engine: Engine, sent: list[str]) -> None:
-    """``once()`` on a server: the claim, the intent, and the record with the finish are
-    three statements (``start()`` with ``effect()``: four), and the outcome's history is
-    the same but for the progress mark between the record and the finish."""
+    """``once()`` on a server: the claim with the intent, and the record with the finish
+    are two statements (``start()`` with ``effect()``: four), and the outcome's history
+    is the same but for the progress mark between the record and the finish."""
     assert engine.once("j", {"n": "b"}, "send", "local_write", execute=lambda k: "m-1") == "m-1"
-    assert len(sent) == 3, sent
+    assert len(sent) == 2, sent
+    assert "INSERT INTO rs_steps" in sent[0] and "set_config" not in sent[0]  # (synced)
     assert "rs_attempts" in sent[-1] and "UPDATE rs_steps" in sent[-1]
     out = engine.ledger.outcome("j:b")
     assert out is not None and (out.state, out.current_attempt) == ("done", None)
@@ -231,3 +232,82 @@ def test_once_records_and_finishes_in_one_statement(engine: Engine, sent: list[s
     sent.clear()
     assert engine.once("j", {"n": "b"}, "send", "local_write", execute=lambda k: "no") == "m-1"
     assert len(sent) == 1
+
+
+def _rows(pg_db: str, key: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """The outcome's step rows and history rows as written, without what differs from
+    one run to another (times, ids, the attempt id, the key's own text)."""
+    with psycopg.connect(pg_db) as conn:
+        steps = conn.execute(
+            "SELECT name, item, kind, effect_class, state, fence, evidence, artifact, checksum,"
+            " check_cmd, connector, fingerprint, reason, cause, approved_by, runner_host,"
+            " runner_pid, runner_started, tries, previous_state, created_at = updated_at"
+            " FROM rs_steps WHERE outcome_key = %s ORDER BY step_key", (key,)).fetchall()
+        history = conn.execute(
+            "SELECT substr(step_key, length(outcome_key) + 1), attempt_id IS NULL, fence, actor,"
+            " kind, from_state, to_state, reason FROM rs_events WHERE outcome_key = %s"
+            " ORDER BY id", (key,)).fetchall()
+    return steps, history
+
+
+@pytest.mark.parametrize("given", [
+    {},
+    {"check": "test -e x", "connector_name": "mine", "payload": {"to": "a", "n": 1}},
+    {"item": "it-1", "lookup": lambda _k: None},
+])
+def test_once_writes_the_intent_with_the_claim_as_effect_writes_it(
+        engine: Engine, pg_db: str, sent: list[str], given: dict[str, Any]) -> None:
+    """The intent a new outcome's claim writes (once() on a server, one statement) is the
+    row and the history effect() writes after a claim alone: compared with the same
+    once() on an engine that reads first (its claim and intent two statements)."""
+    def execute(_k: str) -> str:
+        assert len(sent) == 1, sent  # the claim and the intent, then nothing before this
+        return "m-9"
+
+    assert engine.once("j", {"n": "merged"}, "send", "local_write", execute=execute,
+                       **given) == "m-9"
+    sent.clear()
+    engine._look_first = False  # noqa: SLF001 - (as after meeting a done outcome)
+
+    def apart(_k: str) -> str:
+        assert len(sent) == 3, sent  # the read, the claim, the intent
+        return "m-9"
+
+    assert engine.once("j", {"n": "apart"}, "send", "local_write", execute=apart,
+                       **given) == "m-9"
+    merged, separate = _rows(pg_db, "j:merged"), _rows(pg_db, "j:apart")
+    assert merged[0] and merged == separate
+    assert [h[4:7] for h in merged[1]][:3] == [("attempt", "", "active"),
+                                              ("outcome", "planned", "running"),
+                                              ("step", "", "running")]
+
+
+def test_a_lookup_first_or_approval_step_is_not_written_with_the_claim(
+        engine: Engine, sent: list[str]) -> None:
+    """once() writes the intent with the claim only where effect() would write it first
+    thing: a class that needs approval waits for it (nothing running), and a
+    lookup-first class asks its lookup before any intent."""
+    from retrysafe.connectors import ABSENT
+    from retrysafe.errors import ApprovalRequired
+
+    with pytest.raises(ApprovalRequired):
+        engine.once("j", {"n": "pay"}, "charge", "payment", execute=lambda _k: "no")
+    assert "INSERT INTO rs_steps" not in sent[0], sent
+    step = engine.ledger.step("j:pay/charge")
+    assert step is not None and step.state == "blocked"
+    sent.clear()
+    asked: list[str] = []
+    assert engine.once("j", {"n": "ask"}, "post", "message",
+                       execute=lambda _k: "p-1",
+                       lookup=lambda k: asked.append(k) or ABSENT) == "p-1"
+    assert asked == ["j:ask/post"]
+    assert "INSERT INTO rs_steps" not in sent[0], sent
+
+
+@pytest.mark.parametrize("bad", [{"lookup": "not a function"}, {"execute": "nope"}])
+def test_bad_input_to_once_writes_no_claim_and_no_intent(engine: Engine, pg_db: str,
+                                                         bad: dict[str, Any]) -> None:
+    given: dict[str, Any] = {"execute": lambda _k: "x", **bad}
+    with pytest.raises(InvalidInput):
+        engine.once("j", {"n": "bad"}, "send", "local_write", **given)
+    assert engine.ledger.outcome("j:bad") is None

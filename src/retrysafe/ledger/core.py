@@ -13,7 +13,7 @@ import functools
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import (
     AttemptNotActive,
@@ -59,7 +59,7 @@ from .records import (
     step_from_values,
 )
 
-__all__ = ["LedgerCore", "Liveness", "lease_only"]
+__all__ = ["Intent", "LedgerCore", "Liveness", "lease_only"]
 
 Liveness = Callable[[AttemptRecord, list[Holder]], tuple[bool | None, str]]
 """Answers "does anything of this attempt still run?" given the attempt and the
@@ -161,8 +161,9 @@ _TO_DONE = tuple(s.value for s in _O if s != _O.DONE and can_move(OUTCOME_TRANSI
 """the states an outcome may be ``done`` from"""
 
 
-@functools.lru_cache(maxsize=4)
-def _claim_new_sql(now: str, lazy: str = "", read: bool = False) -> str:
+@functools.lru_cache(maxsize=16)
+def _claim_new_sql(now: str, lazy: str = "", read: bool = False,
+                   intent: tuple[str, ...] | None = None) -> str:
     """A new outcome, claimed by attempt 1, as one statement (a server's one-trip claim,
     :meth:`LedgerCore.claim`): the outcome inserted unless its key is taken, its attempt
     and the two history rows the claim writes (attempt active, planned -> running), all
@@ -180,8 +181,26 @@ def _claim_new_sql(now: str, lazy: str = "", read: bool = False) -> str:
     columns and the lease's end, as :data:`_OUTCOME_AND_STEPS` reads them, the steps'
     columns NULL on the claimed row and the lease's end NULL on a row read (the two are
     told apart by it). A key another claim inserted after the statement began is
-    neither claimed nor read: no row."""
+    neither claimed nor read: no row.
+
+    ``intent``: the claimed attempt's first step is written ``running`` too (its intent,
+    as :meth:`LedgerCore.move_step` writes it, with these columns after
+    :data:`_INSERT_FIXED`; its history row after the claim's two), and the statement
+    commits durably (``lazy`` is not given). More parameters, before the read's key:
+    the step key, name, item and kind, the columns' values; the step row's kind, from
+    and to."""
     outcome = ", ".join(f"o.{c}" for c in OUTCOME_COLUMNS)
+    step = ""
+    if intent is not None:
+        assert not lazy  # (an intent is written before an effect: it waits for the disk)
+        step = (
+            f",\nsi AS (INSERT INTO rs_steps ({', '.join(_INSERT_FIXED + intent)})"
+            f" SELECT ?, o.key, ?, ?, ?, 1, o.created_at, o.created_at, {', '.join('?' * len(intent))}"
+            " FROM o RETURNING step_key),\n"
+            # reading h, the step's history row is written after the claim's (a later id)
+            f"sh AS (INSERT INTO rs_history ({moves.HISTORY_COLUMNS})"
+            " SELECT o.id, substr(si.step_key, length(o.key) + 1), o.created_at, 1, 1, '',"
+            " ?, ?, ?, NULL FROM o, si, (SELECT count(*) FROM h) AS hh)")
     return (
         "WITH o AS (INSERT INTO rs_outcomes (key, job, params, state, fence, attempts,"
         " current_attempt, created_at, updated_at) SELECT * FROM (VALUES (?, ?, ?, ?, 1, 1, ?,"
@@ -194,7 +213,7 @@ def _claim_new_sql(now: str, lazy: str = "", read: bool = False) -> str:
         f"h AS (INSERT INTO rs_history ({moves.HISTORY_COLUMNS})"
         " SELECT o.id, '', o.created_at, 1, 1, '', v.kind, v.frm, v.too, v.reason"
         " FROM o, (VALUES (1, ?, ?, ?, NULL), (2, ?, ?, ?, '')) AS v (n, kind, frm, too, reason)"
-        " ORDER BY v.n)"
+        " ORDER BY v.n" + (" RETURNING id)" if intent is not None else ")") + step
         + (f",\nz AS ({lazy})\n" if lazy else "\n")
         + ("SELECT " + "NULL, " * STEP_WIDTH if read else "SELECT ")
         + f"{outcome}, a.lease_expires FROM o, a{', z' if lazy else ''}"
@@ -251,6 +270,34 @@ def _finish_done_sql(now: str, unread: bool = False) -> str:
         f" WHERE outcome_key = ? AND (state <> ?{artifact})) FOR UPDATE),\n"
         + ",\n".join(moves.finish_writes(now, "f"))
         + f"\nSELECT {outcome} FROM fo")
+
+
+def _step_changes(to: str, attempt_id: str, fence: int, reason: str, cause: str,
+                  runner: Holder, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The columns a step move to ``to`` writes (:meth:`LedgerCore.move_step`): its state,
+    attempt, fence, reason and cause, the runner when it moves to ``running``, then
+    ``fields`` (evidence as its column holds it)."""
+    changes: dict[str, Any] = {"state": to, "attempt_id": attempt_id, "fence": fence,
+                               "reason": reason, "cause": cause}
+    if to == _RUNNING:
+        changes["runner_host"], changes["runner_pid"], changes["runner_started"] = runner
+    changes.update(fields)
+    if "evidence" in changes:  # named fields ride along as JSON (evidence.py)
+        changes["evidence"] = to_column(changes["evidence"])
+    return changes
+
+
+class Intent(NamedTuple):
+    """A step's intent written with the claim of a new outcome
+    (:meth:`LedgerCore.claim_or_read`): its key, name, item, kind and the fields
+    :meth:`LedgerCore.move_step` would record with it (its class, check, connector,
+    fingerprint)."""
+
+    step_key: str
+    name: str
+    item: str
+    kind: str
+    fields: Mapping[str, Any]
 
 
 def _finish_params(attempt: AttemptRecord, reason: str) -> tuple[Any, ...]:
@@ -526,16 +573,26 @@ class LedgerCore:
 
     def _claim_new_rows(self, key: str, job: str, params: Mapping[str, str], holder: Holder,
                         lease_seconds: float, context: Mapping[str, str] | None,
-                        attempt_id: str, *, read: bool) -> Sequence[Sequence[Any]]:
+                        attempt_id: str, *, read: bool,
+                        intent: Intent | None = None) -> Sequence[Sequence[Any]]:
         code, active = moves.CODES, AttemptState.ACTIVE.value
         backend = self.backend
+        step: tuple[Any, ...] = ()
+        columns = None
+        if intent is not None:
+            changes = _step_changes(_RUNNING, attempt_id, 1, "attempt 1 started it", "",
+                                    holder, intent.fields)
+            columns = tuple(changes)
+            step = (intent.step_key, intent.name, intent.item, intent.kind, *changes.values(),
+                    code["step"], code[""], code[_RUNNING])
         return backend.execute_rows(
-            _claim_new_sql(backend.now_sql, backend.lazy_commit_sql, read), (
+            _claim_new_sql(backend.now_sql, "" if intent else backend.lazy_commit_sql, read,
+                           columns), (
                 key, job, dumps(dict(params)), _O.RUNNING.value, attempt_id,
                 active, holder.host, holder.pid, holder.started, lease_seconds,
                 dumps(dict(context or {})), code["attempt"], code[""], code[active],
                 code["outcome"], code[_O.PLANNED.value], code[_O.RUNNING.value],
-                *((key,) if read else ())))
+                *step, *((key,) if read else ())))
 
     @staticmethod
     def _claimed(values: Sequence[Any], key: str, holder: Holder,
@@ -548,7 +605,7 @@ class LedgerCore:
     def claim_or_read(
         self, key: str, *, job: str, params: Mapping[str, str], holder: Holder,
         lease_seconds: float, context: Mapping[str, str] | None = None,
-        attempt_id: str | None = None,
+        attempt_id: str | None = None, intent: Intent | None = None,
     ) -> tuple[Claim | None, OutcomeRecord | None, list[StepRecord]]:
         """A server's first look at an outcome, in one round trip: a new outcome claimed
         by attempt 1 (as :meth:`claim` claims it), else the outcome and its steps as
@@ -557,10 +614,15 @@ class LedgerCore:
         the key as this one ran (read it again). Only where
         :attr:`~retrysafe.ledger.backend.Backend.single_statement_moves`; the caller
         does what it does before a claim first, and with what was read, what it does
-        before :meth:`claim` (``taken=True``)."""
+        before :meth:`claim` (``taken=True``).
+
+        ``intent``: a new outcome's claim writes this step's intent too, by ``holder``
+        (:meth:`Engine.once <retrysafe.engine.Engine.once>`, whose first write after the
+        claim it is): one round trip and one durable commit for both, which a claim alone
+        does not wait for. A known outcome is read and nothing of it is written."""
         attempt_id = attempt_id or new_attempt_id()
         rows = self._claim_new_rows(key, job, params, holder, lease_seconds, context,
-                                    attempt_id, read=True)
+                                    attempt_id, read=True, intent=intent)
         if not rows:
             return None, None, []
         if rows[0][-1] is not None:  # the lease's end: claimed
@@ -747,7 +809,22 @@ class LedgerCore:
         return out, found
 
     def renew(self, attempt: AttemptRecord, lease_seconds: float) -> float:
-        """Extend the lease (heartbeat); refused once the attempt is stale."""
+        """Extend the lease (heartbeat); refused once the attempt is stale.
+
+        On a server, one statement in autocommit while the attempt holds the fence
+        (the outcome row locked for it): the server commits it whatever its client
+        does next, so a holder frozen (SIGSTOP) or killed mid-renewal leaves no
+        transaction holding the outcome row. Nothing renewed: the fenced
+        transaction below says why."""
+        if self.backend.single_statement_moves:
+            rows = self.backend.execute_rows(
+                "WITH o AS (SELECT 1 FROM rs_outcomes WHERE key = ? AND fence = ?"
+                " AND current_attempt = ? FOR UPDATE)"
+                f" UPDATE rs_attempts SET lease_expires = {self.backend.now_sql} + ?"
+                " WHERE id = ? AND EXISTS (SELECT 1 FROM o) RETURNING lease_expires",
+                (attempt.outcome_key, attempt.fence, attempt.id, lease_seconds, attempt.id))
+            if rows:
+                return float(rows[0][0])
         with self.backend.transaction() as tx:
             self._fenced(tx, attempt)
             expires = tx.now + lease_seconds
@@ -859,15 +936,8 @@ class LedgerCore:
         if fields and not _STEP_FIELDS.issuperset(fields):
             raise TypeError(f"unknown step fields {sorted(set(fields) - _STEP_FIELDS)}")
         allowed = None if expect is None else tuple(expect)
-        running = to == _RUNNING
-        changes: dict[str, Any] = {"state": to, "attempt_id": attempt.id, "fence": attempt.fence,
-                                   "reason": reason, "cause": cause}
-        if running:
-            r = runner or attempt.holder
-            changes["runner_host"], changes["runner_pid"], changes["runner_started"] = r
-        changes.update(fields)
-        if "evidence" in changes:  # named fields ride along as JSON (evidence.py)
-            changes["evidence"] = to_column(changes["evidence"])
+        changes = _step_changes(to, attempt.id, attempt.fence, reason, cause,
+                                runner or attempt.holder, fields)
         may_insert = allowed is None or None in allowed
         sources = _sources(to, allowed)
         if not (may_insert or sources):
