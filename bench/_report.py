@@ -247,7 +247,8 @@ def per_outcome_lines(result: dict[str, Any]) -> list[str]:
         if per:
             lines += ["", "| per outcome on PostgreSQL (counted) | first run | re-run |",
                       "|---|---:|---:|"]
-            for who, label in (("rs_engine", "retrysafe, round trips"),
+            for who, label in (("rs_engine", "retrysafe `start()`, round trips"),
+                               ("rs_engine_once", "retrysafe `once()`, round trips"),
                                ("base", "hand-written psycopg, round trips")):
                 if f"{who}_first" in per:
                     lines.append(f"| {label} | {per[who + '_first']['round_trips']:g} | "

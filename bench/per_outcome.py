@@ -804,7 +804,8 @@ def pg_counts(url: str, home: Path, n: int = 20) -> dict[str, Any]:
                 def base_one(k: str) -> None:
                     _base_one(base, k)
 
-                for name, f in (("rs_engine", one), ("base", base_one)):
+                for name, f in (("rs_engine", one), ("rs_engine_once", _once(engine)),
+                                ("base", base_one)):
                     f(f"count-warm-{name.replace('_', '-')}")
                     for phase in ("first", "rerun"):
                         counts.update(round_trips=0, statements=0, transactions=0)

@@ -169,6 +169,29 @@ def test_bad_input_executes_nothing_and_writes_nothing(engine: Engine, step: str
     assert engine.once("rep", WEEK, "send", "message", execute=lambda k: "m-1") == "m-1"
 
 
+@pytest.mark.parametrize(("given", "said"), [
+    ({"lookup": "not a function"}, "lookup= must be a function"),
+    ({"execute": "nope"}, "execute= must be a function"),
+    ({"execute": None}, "give execute= and an effect class"),
+    ({"check": "echo \udcff"}, "check= is not UTF-8 text"),
+    ({"check": b"echo"}, "check= must be text"),
+    ({"connector_name": "a\x00b"}, "connector_name= holds a NUL"),
+    ({"payload": {1: "a", "b": 2}}, "payload cannot be fingerprinted"),
+])
+def test_bad_arguments_are_refused_before_the_claim(engine: Engine, given: dict[str, Any],
+                                                    said: str) -> None:
+    """What effect() would refuse, or a ledger could not store, is refused with one clear
+    error before anything is written (on either backend, whichever path the claim
+    takes), and the next call with good arguments does the work."""
+    called: list[str] = []
+    kwargs: dict[str, Any] = {"execute": lambda k: called.append(k) or "x", **given}
+    with pytest.raises(InvalidInput, match=said):
+        engine.once("rep", WEEK, "send", "local_write", **kwargs)
+    assert called == []
+    assert engine.ledger.outcome("rep:2026-W10") is None
+    assert engine.once("rep", WEEK, "send", "local_write", execute=lambda k: "m-1") == "m-1"
+
+
 def test_bad_parameters_are_refused_before_anything_is_written(engine: Engine) -> None:
     with pytest.raises(retrysafe.InvalidParameter):
         engine.once("rep", {"week": "W10"}, "send", "message", execute=lambda k: "m")

@@ -77,6 +77,35 @@ def check_callables(name: str, effect_class: object, execute: Execute | None,
     return execute
 
 
+def check_fields(name: str, check: str | None, connector_name: str | None,
+                 payload: Mapping[str, Any] | None) -> str | None:
+    """What an effect's intent records besides its class, as given: ``check`` and
+    ``connector_name`` text a ledger can store, and ``payload``'s fingerprint (None
+    without one); else :class:`InvalidInput`, before any intent (:meth:`Run.effect`) and
+    before any claim (:meth:`Engine.once <retrysafe.engine.Engine.once>`)."""
+    for what, given in (("check", check), ("connector_name", connector_name)):
+        if given is None:
+            continue
+        if not isinstance(given, str):
+            raise InvalidInput(f"step {name}: {what}= must be text, not "
+                               f"{type(given).__name__} {given!r:.60}")
+        if "\x00" in given:
+            raise InvalidInput(f"step {name}: {what}= holds a NUL character, which a ledger "
+                               "cannot store")
+        try:
+            given.encode()
+        except UnicodeEncodeError:
+            raise InvalidInput(f"step {name}: {what}= is not UTF-8 text "
+                               f"(near {given[:40]!r})") from None
+    if payload is None:
+        return None
+    try:
+        return fingerprint(payload)
+    except (TypeError, ValueError) as exc:  # keys of mixed types, a circular payload
+        raise InvalidInput(f"step {name}: the payload cannot be fingerprinted "
+                           f"({type(exc).__name__}: {exc})") from None
+
+
 def fingerprint(payload: Mapping[str, Any]) -> str:
     import hashlib
 
@@ -604,7 +633,7 @@ class Run:
         cls, execute, lookup = self._bind(name, effect_class, execute, lookup, connector, payload)
         # lookup_first asks only a lookup that can ever find something
         first = lookup is not None and (connector is None or connector.can_look_up)
-        fp = fingerprint(payload) if payload is not None else None
+        fp = check_fields(name, check, connector_name, payload)
         # The common case is a step this outcome has never seen: write the intent
         # straight away, without reading first. The write only creates the step;
         # if it exists, it is read and decided below.

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import envvars
-from .attempt import Execute, Lookup, Run, check_callables, fingerprint
+from .attempt import Execute, Lookup, Run, check_callables, check_fields
 from .config import Config, Job, ensure_home, load_config
 from .errors import (
     NAMED,
@@ -598,6 +598,7 @@ class Engine:
         keyed = self.outcome_key(job, params or {})
         spec, key, _ = keyed
         step_key(key, step, item)
+        fp = check_fields(step, check, connector_name, payload)
         if connector is None:
             check_callables(step, effect_class, execute, lookup)
             assert effect_class is not None
@@ -611,8 +612,8 @@ class Engine:
         share = backend.shares_commits and clear
         intent = None
         if backend.single_statement_moves:
-            intent = _first_intent(spec, key, step, effect_class, execute, lookup, connector,
-                                   connector_name, payload, item, check)
+            intent = _first_intent(spec, key, step, effect_class, lookup, connector,
+                                   connector_name, fp, item, check)
         started = _Started(self, job, params or {}, heartbeat and not share, share, keyed,
                            intent)
         try:
@@ -652,9 +653,8 @@ class Engine:
 
 
 def _first_intent(spec: Job, key: str, step: str, effect_class: str | EffectClass | None,
-                  execute: Execute | None, lookup: Lookup | None,
-                  connector: ConnectorBase | None, connector_name: str | None,
-                  payload: Mapping[str, Any] | None, item: str | None,
+                  lookup: Lookup | None, connector: ConnectorBase | None,
+                  connector_name: str | None, fp: str | None, item: str | None,
                   check: str | None) -> Intent | None:
     """The intent :meth:`Engine.once` may write with a new outcome's claim on a server:
     the one :meth:`Run.effect` would write first thing for a step its outcome never saw
@@ -674,8 +674,8 @@ def _first_intent(spec: Job, key: str, step: str, effect_class: str | EffectClas
         fields["check_cmd"] = check
     if connector_name is not None:
         fields["connector"] = connector_name
-    if payload is not None:
-        fields["fingerprint"] = fingerprint(payload)
+    if fp is not None:
+        fields["fingerprint"] = fp
     return Intent(step_key(key, step, item), step, item or "", "effect", fields)
 
 

@@ -302,12 +302,3 @@ def test_a_lookup_first_or_approval_step_is_not_written_with_the_claim(
                        lookup=lambda k: asked.append(k) or ABSENT) == "p-1"
     assert asked == ["j:ask/post"]
     assert "INSERT INTO rs_steps" not in sent[0], sent
-
-
-@pytest.mark.parametrize("bad", [{"lookup": "not a function"}, {"execute": "nope"}])
-def test_bad_input_to_once_writes_no_claim_and_no_intent(engine: Engine, pg_db: str,
-                                                         bad: dict[str, Any]) -> None:
-    given: dict[str, Any] = {"execute": lambda _k: "x", **bad}
-    with pytest.raises(InvalidInput):
-        engine.once("j", {"n": "bad"}, "send", "local_write", **given)
-    assert engine.ledger.outcome("j:bad") is None
