@@ -154,6 +154,40 @@ def test_a_deleted_ledger_is_refused_and_recover_rebuilds_from_the_journal(
     assert ("report:2026-W11", 2) in attempts  # numbers continue above the journal's
 
 
+def test_a_home_another_process_just_started_is_not_taken_for_a_deleted_ledger(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes opening a new home at once: the first records the ledger's mark,
+    then writes its first journal line while its claim is not committed yet (once()
+    commits the claim with the intent). The second, which read no mark a moment before,
+    finds the journal and an empty ledger: that is the first process's work, not a
+    deleted ledger, since the mark it reads again now names this ledger."""
+    from retrysafe import identity
+    from retrysafe.ledger import open_ledger
+
+    real = identity.has_outcome_folders
+    marked: list[bool] = []
+
+    def meanwhile(runs: Path) -> bool:
+        if not (home / "ledger.sqlite3").exists():  # (the check before the ledger is made)
+            return real(runs)
+        # the first process, between the second's two reads: its mark, its journal line
+        with open_ledger(f"sqlite:///{home / 'ledger.sqlite3'}") as ledger:
+            identity.record_identity(home, identity.ledger_identity(ledger))
+        marked.append(True)
+        (runs / "report" / ".journal").mkdir(parents=True, exist_ok=True)
+        (runs / "report" / ".journal" / "2026-03-09.jsonl").write_text("{}\n")
+        return real(runs)
+
+    (home / "runs").mkdir()
+    monkeypatch.setattr(identity, "_recorded", lambda runs, _real=identity._recorded: (
+        _real(runs) if marked else None))
+    monkeypatch.setattr(identity, "has_outcome_folders", meanwhile)
+    with Engine.open(home) as second:
+        assert second.once("report", {"week": "2026-W10"}, "send", "local_write",
+                           execute=lambda k: "m-1") == "m-1"
+    assert marked == [True]
+
+
 def test_claim_and_finish_skip_their_sync_and_the_connection_keeps_full(home: Path) -> None:
     with Engine.open(home) as engine:
         backend = engine.ledger.backend

@@ -130,7 +130,9 @@ def check_home(home: Path, ledger: Ledger, url: str, *, write: bool) -> None:
         if write and identity is not None and runs.is_dir():
             record_identity(home, identity)
         return
-    if _is_empty(ledger):
+    if _is_empty(ledger) and _recorded(runs) != identity:
+        # (read again: another process of this ledger may have recorded it since the first
+        # read, and then written the folders found, its outcome's claim not yet committed)
         raise LedgerMismatch(
             f"the ledger {where} records no outcome, but {runs} holds attempt folders: it was "
             "deleted, emptied or replaced, and running on would repeat every done outcome; "
