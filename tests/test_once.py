@@ -8,6 +8,7 @@ the effect and re-run it: the effect happens once.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -402,6 +403,45 @@ def test_a_kill_at_each_point_then_a_rerun_performs_the_effect_once(
     with any_home.open_ledger() as ledger:
         out = ledger.outcome("rep:2026-W10")
     assert out is not None and out.state == "done"
+
+
+WRITE = """
+import sys
+
+import retrysafe
+
+print(retrysafe.once("rep", {"week": "2026-W10"}, "save", "local_write",
+                     execute=lambda k: "saved-" + k, home=sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("point", ["save:before-intent", "save:after-intent",
+                                   "save:after-execute", "save:after-record"])
+def test_the_journal_tells_of_nothing_the_ledger_does_not_hold(
+        any_home: Home, point: str) -> None:
+    """A kill at each point: every line of the job's journal is of an outcome, an
+    attempt and a step the ledger holds. On SQLite the claim and the intent commit
+    together, so their lines are written once that commit is in, not before it (a kill
+    before it leaves neither)."""
+    any_home.path.mkdir()
+    any_home.config(CONFIG)
+    killed = subprocess.run([sys.executable, "-c", WRITE, str(any_home.path)],
+                            env={**any_home.env, "RETRYSAFE_CRASH_AT": point},
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    journal = any_home.path / "runs" / "rep" / ".journal"
+    lines = [json.loads(line) for f in sorted(journal.glob("*.jsonl"))
+             for line in f.read_text().splitlines()] if journal.exists() else []
+    with any_home.open_ledger() as ledger:
+        for line in lines:
+            assert ledger.outcome(line["outcome_key"]) is not None, line
+            assert line["attempt_id"] in {a.id for a in ledger.attempts(line["outcome_key"])}
+            if line["action"] in ("intent", "record"):
+                step = ledger.step(line["step_key"])
+                assert step is not None and (line["action"], step.state) in (
+                    ("intent", "running"), ("intent", "done"), ("record", "done")), line
+    if point != "save:before-intent":
+        assert [x["action"] for x in lines][:2] == ["begin", "intent"]
 
 
 KILLED_IN_EXECUTE = """

@@ -251,6 +251,9 @@ class Run:
         self._landed = False  # has a shared commit of this run committed (its claim with it)?
         self._beat_wanted = False
         self._held: list[tuple[str, str]] = []  # crash points reached inside a shared commit
+        #: log lines of writes inside a shared commit, written once it commits (a journal
+        #: never tells of a claim or an intent the ledger does not hold)
+        self._lines: list[tuple[str, str, str, dict[str, Any]]] = []
         self._prefinished: OutcomeRecord | None = None
         if attempt is not None:
             hold(attempt.id, self)  # this process works on it: others must not take it over
@@ -313,7 +316,10 @@ class Run:
 
     def _log(self, skey: str, action: str, result: str, **extra: Any) -> None:
         if self.attempt is not None:
-            self.folder.log(self.attempt.id, skey, action, result, **extra)
+            if self._share_open:
+                self._lines.append((skey, action, result, extra))
+            else:
+                self.folder.log(self.attempt.id, skey, action, result, **extra)
 
     # --- heartbeat ---------------------------------------------------------------
 
@@ -358,8 +364,11 @@ class Run:
             return
         self._share_open = False
         held, self._held = self._held, []  # (a commit that fails reached none of them)
+        lines, self._lines = self._lines, []  # (nor wrote any of these)
         self.ledger.backend.close_shared()
         self._landed = True
+        for skey, action, result, extra in lines:
+            self._log(skey, action, result, **extra)
         for name, where in held:
             self._crash_point(name, where)
 

@@ -374,8 +374,10 @@ class Engine:
                 if claim.attempt.number > 1:  # only an earlier attempt's writer left any
                     remove_temp_leftovers(run.folder.outcome_dir)
             run.folder.write_status(claim.attempt.id, "running", context=claim.attempt.context)
-            run.folder.log(claim.attempt.id, key, "begin", "started",
-                           superseded=claim.superseded.id if claim.superseded else None)
+            # a claim inside a shared commit (once()) is told of once that commits
+            run._share_open = share
+            run._log(key, "begin", "started",
+                     superseded=claim.superseded.id if claim.superseded else None)
             if claim.attempt.number > 1:
                 self._repair_folders(spec.name, key, claim.attempt.number)
         elif claim.status is ClaimStatus.BLOCKED:
@@ -622,9 +624,9 @@ class Engine:
             backend.close_shared()  # (what the claim wrote before it refused)
             raise
         run._once = clear
-        shared = share and not run.read_only  # (begin opened a shared commit for the claim)
+        # (begin opened a shared commit for the claim, and the run knows it holds it open)
+        shared = share and not run.read_only
         if shared:
-            run._share_open = True
             run._beat_wanted = heartbeat
         try:
             evidence = run.effect(step, effect_class, execute=execute, lookup=lookup,
