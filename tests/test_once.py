@@ -41,6 +41,14 @@ accept = ["true"]
 key = "short:{week}"
 params = { week = "isoweek" }
 lease_seconds = 2
+
+[jobs.notify]
+key = "notify:{user}:{topic}"
+params = { user = "str", topic = "str" }
+
+[jobs.twin]
+key = "rep:{week}"
+params = { week = "isoweek" }
 """
 WEEK = {"week": "2026-W10"}
 
@@ -191,6 +199,77 @@ def test_bad_arguments_are_refused_before_the_claim(engine: Engine, given: dict[
     assert called == []
     assert engine.ledger.outcome("rep:2026-W10") is None
     assert engine.once("rep", WEEK, "send", "local_write", execute=lambda k: "m-1") == "m-1"
+
+
+def _answer(call: Any) -> tuple[str, Any]:
+    """What a call gives: ("value", its value and type) or ("error", type and text)."""
+    try:
+        got = call()
+    except Exception as exc:  # noqa: BLE001 - the error is the answer compared
+        return "error", (type(exc).__name__, str(exc))
+    return "value", (got, type(got).__name__, getattr(got, "fields", None))
+
+
+def test_a_rerun_answers_as_effect_answers_a_done_outcome(engine: Engine) -> None:
+    """once() answers a re-run of a done outcome from one narrow read; whatever it is
+    asked, the answer (or the error) is the one effect() gives on the done outcome's
+    read-only run, which reads the outcome and every step whole."""
+    from retrysafe.evidence import Evidence
+
+    with engine.start("rep", WEEK) as run:
+        run.effect("plain", "local_write", execute=lambda k: "p-1")
+        run.effect("fields", "local_write", execute=lambda k: Evidence("f-1", {"id": 7}))
+        run.effect("none", "local_write", execute=lambda k: None)
+        run.effect("paid", "local_write", execute=lambda k: "q-1", payload={"to": "a"})
+        run.effect("item", "local_write", execute=lambda k: "i-1", item="x")
+        run.generate("draft", lambda path: path.write_text("text"))
+    engine.once("notify", {"user": "bob", "topic": "billing:overdue"}, "send", "message",
+                execute=lambda k: "n-1")
+    called: list[str] = []
+
+    def nope(k: str) -> str:
+        called.append(k)
+        return "never"
+
+    asks: list[tuple[str, dict[str, str], str, dict[str, Any]]] = [
+        ("rep", WEEK, "plain", {}),
+        ("rep", WEEK, "fields", {}),
+        ("rep", WEEK, "none", {}),
+        ("rep", WEEK, "paid", {"payload": {"to": "a"}}),
+        ("rep", WEEK, "paid", {"payload": {"to": "b"}}),  # another payload
+        ("rep", WEEK, "item", {"item": "x"}),
+        ("rep", WEEK, "item", {}),  # no such step (the item is part of the key)
+        ("rep", WEEK, "never-recorded", {}),
+        ("rep", WEEK, "draft", {}),  # a generate step
+        ("twin", WEEK, "plain", {}),  # the same key, another job
+        ("notify", {"user": "bob:billing", "topic": "overdue"}, "send", {}),  # a collision
+        ("notify", {"user": "bob", "topic": "billing:overdue"}, "send", {}),
+    ]
+    def by_once(job: str, params: dict[str, str], step: str, extra: dict[str, Any]) -> str:
+        return engine.once(job, params, step, "local_write", execute=nope, **extra)
+
+    def by_effect(job: str, params: dict[str, str], step: str, extra: dict[str, Any]) -> str:
+        with engine.start(job, params) as run:
+            return run.effect(step, "local_write", execute=nope, **extra)
+
+    for ask in asks:
+        assert _answer(lambda: by_once(*ask)) == _answer(lambda: by_effect(*ask)), ask  # noqa: B023
+    assert called == []
+    assert _answer(lambda: engine.once("rep", WEEK, "plain", "local_write", execute=nope)) \
+        == ("value", ("p-1", "str", None))
+
+
+def test_a_rerun_is_one_read(home: Home) -> None:
+    """A re-run of a done outcome's effect is one statement, which reads the outcome's
+    state and that one step; a new outcome after it is claimed as before."""
+    home.path.mkdir()
+    home.config(CONFIG)
+    with Engine.open(home.path) as engine:
+        engine.once("rep", WEEK, "send", "message", execute=lambda k: "m-1")
+        statements = _statements(engine)
+        assert engine.once("rep", WEEK, "send", "message", execute=lambda k: "no") == "m-1"
+        assert len(statements) == 1 and "LEFT JOIN rs_steps" in statements[0], statements
+        assert "o.state, o.job, o.params, s.kind" in statements[0]
 
 
 def test_bad_parameters_are_refused_before_anything_is_written(engine: Engine) -> None:

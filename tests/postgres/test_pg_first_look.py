@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from retrysafe import engine as engine_module
 from retrysafe.engine import Engine
 from retrysafe.errors import InvalidInput, InvalidParameter
 from retrysafe.ledger import Holder, open_ledger
@@ -256,10 +257,11 @@ def _rows(pg_db: str, key: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, 
     {"item": "it-1", "lookup": lambda _k: None},
 ])
 def test_once_writes_the_intent_with_the_claim_as_effect_writes_it(
-        engine: Engine, pg_db: str, sent: list[str], given: dict[str, Any]) -> None:
+        engine: Engine, pg_db: str, sent: list[str], given: dict[str, Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The intent a new outcome's claim writes (once() on a server, one statement) is the
     row and the history effect() writes after a claim alone: compared with the same
-    once() on an engine that reads first (its claim and intent two statements)."""
+    once() with that shortcut switched off (its claim and intent two statements)."""
     def execute(_k: str) -> str:
         assert len(sent) == 1, sent  # the claim and the intent, then nothing before this
         return "m-9"
@@ -267,10 +269,10 @@ def test_once_writes_the_intent_with_the_claim_as_effect_writes_it(
     assert engine.once("j", {"n": "merged"}, "send", "local_write", execute=execute,
                        **given) == "m-9"
     sent.clear()
-    engine._look_first = False  # noqa: SLF001 - (as after meeting a done outcome)
+    monkeypatch.setattr(engine_module, "_first_intent", lambda *_a: None)
 
     def apart(_k: str) -> str:
-        assert len(sent) == 3, sent  # the read, the claim, the intent
+        assert len(sent) == 2, sent  # the claim, the intent
         return "m-9"
 
     assert engine.once("j", {"n": "apart"}, "send", "local_write", execute=apart,
@@ -302,3 +304,23 @@ def test_a_lookup_first_or_approval_step_is_not_written_with_the_claim(
                        lookup=lambda k: asked.append(k) or ABSENT) == "p-1"
     assert asked == ["j:ask/post"]
     assert "INSERT INTO rs_steps" not in sent[0], sent
+
+
+def test_once_after_a_done_outcome_reads_narrowly_then_claims_with_the_intent(
+        engine: Engine, sent: list[str]) -> None:
+    """An engine that met a done outcome reads first: once()'s read is the narrow one (the
+    outcome's state and the one step), which answers a re-run by itself; a key it finds
+    new is then claimed with its intent by the first look, as on a fresh engine: three
+    statements for that first run, one for a re-run."""
+    assert engine.once("j", {"n": "c"}, "send", "local_write", execute=lambda k: "c-1") == "c-1"
+    sent.clear()
+    # (the first look, which claims first, finds it done: the engine reads first from now on)
+    assert engine.once("j", {"n": "c"}, "send", "local_write", execute=lambda k: "no") == "c-1"
+    assert len(sent) == 1 and sent[0].startswith("WITH o AS (INSERT"), sent
+    sent.clear()
+    assert engine.once("j", {"n": "c"}, "send", "local_write", execute=lambda k: "no") == "c-1"
+    assert len(sent) == 1 and "s.kind, s.evidence, s.fingerprint" in sent[0], sent
+    sent.clear()
+    assert engine.once("j", {"n": "d"}, "send", "local_write", execute=lambda k: "d-1") == "d-1"
+    assert len(sent) == 3, sent
+    assert "s.kind, s.evidence" in sent[0] and "INSERT INTO rs_steps" in sent[1], sent

@@ -25,7 +25,7 @@ from ..errors import (
     command_line,
     unblock_command,
 )
-from ..evidence import to_column
+from ..evidence import from_column, to_column
 from ..states import (
     OUTCOME_TRANSITIONS,
     PROGRESS_MARKS,
@@ -53,6 +53,7 @@ from .records import (
     attempt_from_row,
     dumps,
     event_from_row,
+    loads_map,
     outcome_from_row,
     outcome_from_values,
     step_from_row,
@@ -116,6 +117,25 @@ _OUTCOME_AND_STEPS = (
     "SELECT " + ", ".join(f"s.{c}" for c in STEP_COLUMNS) + ", "
     + ", ".join(f"o.{c}" for c in OUTCOME_COLUMNS)
     + " FROM rs_outcomes o LEFT JOIN rs_steps s ON s.outcome_key = o.key WHERE o.key = ?")
+
+
+_STEP_ANSWER = (
+    "SELECT o.state, o.job, o.params, s.kind, s.evidence, s.fingerprint FROM rs_outcomes o"
+    " LEFT JOIN rs_steps s ON s.step_key = ? AND s.outcome_key = o.key WHERE o.key = ?")
+"""What a re-run of one effect needs to know (:meth:`LedgerCore.step_answer`)."""
+
+
+class StepAnswer(NamedTuple):
+    """An outcome's state, job and parameters, and one of its steps' kind, evidence (as
+    :func:`~retrysafe.evidence.from_column` reads it) and payload fingerprint, each
+    ``None`` when the outcome has no such step."""
+
+    state: str
+    job: str
+    params: dict[str, str]
+    kind: str | None
+    evidence: str | None
+    fingerprint: str | None
 
 
 def _outcome_and_steps(rows: Sequence[Sequence[Any]]) -> tuple[OutcomeRecord, list[StepRecord]]:
@@ -1056,6 +1076,17 @@ class LedgerCore:
             if not rows:
                 return None, []
             return _outcome_and_steps(rows)
+
+    def step_answer(self, key: str, step_key: str) -> StepAnswer | None:
+        """One narrow read, by key, for a re-run of one effect (:meth:`Engine.once
+        <retrysafe.engine.Engine.once>`): what it answers a done outcome with, without
+        the outcome's and every step's whole rows. ``None``: no such outcome."""
+        with self.backend.transaction(write=False) as tx:
+            rows = tx.tuples(_STEP_ANSWER, (step_key, key))
+        if not rows:
+            return None
+        state, job, params, kind, evidence, fp = rows[0]
+        return StepAnswer(state, job, loads_map(params), kind, from_column(evidence), fp)
 
     def require_outcome(self, key: str) -> OutcomeRecord:
         out = self.outcome(key)
