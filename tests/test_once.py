@@ -214,9 +214,25 @@ def test_a_rerun_answers_as_effect_answers_a_done_outcome(engine: Engine) -> Non
     """once() answers a re-run of a done outcome from one narrow read; whatever it is
     asked, the answer (or the error) is the one effect() gives on the done outcome's
     read-only run, which reads the outcome and every step whole."""
+    from retrysafe.connectors.base import ConnectorBase
     from retrysafe.evidence import Evidence
 
+    class Sink(ConnectorBase):
+        effect_class = "publish"
+
+        def validate(self, payload: Any) -> None:
+            if "title" not in payload:
+                raise InvalidInput("a title is needed")
+
+        def execute(self, step_key: str, payload: Any) -> str:
+            return "s-" + payload["title"]
+
+        def lookup(self, step_key: str, payload: Any) -> Any:
+            return ABSENT
+
+    sink = Sink()
     with engine.start("rep", WEEK) as run:
+        run.effect("sunk", connector=sink, payload={"title": "a"})
         run.effect("plain", "local_write", execute=lambda k: "p-1")
         run.effect("fields", "local_write", execute=lambda k: Evidence("f-1", {"id": 7}))
         run.effect("none", "local_write", execute=lambda k: None)
@@ -244,13 +260,23 @@ def test_a_rerun_answers_as_effect_answers_a_done_outcome(engine: Engine) -> Non
         ("twin", WEEK, "plain", {}),  # the same key, another job
         ("notify", {"user": "bob:billing", "topic": "overdue"}, "send", {}),  # a collision
         ("notify", {"user": "bob", "topic": "billing:overdue"}, "send", {}),
+        ("rep", WEEK, "sunk", {"connector": sink, "payload": {"title": "a"}}),
+        ("rep", WEEK, "sunk", {"connector": sink, "payload": {"title": "b"}}),
+        ("rep", WEEK, "sunk", {"connector": sink, "payload": {"no": "title"}}),
+        ("rep", WEEK, "sunk", {"connector": sink, "payload": {"title": "a"},
+                               "effect_class": "no-such-class"}),
     ]
+    def given(extra: dict[str, Any]) -> dict[str, Any]:
+        if "connector" in extra:
+            return {"effect_class": None, **extra}
+        return {"effect_class": "local_write", "execute": nope, **extra}
+
     def by_once(job: str, params: dict[str, str], step: str, extra: dict[str, Any]) -> str:
-        return engine.once(job, params, step, "local_write", execute=nope, **extra)
+        return engine.once(job, params, step, **given(extra))
 
     def by_effect(job: str, params: dict[str, str], step: str, extra: dict[str, Any]) -> str:
         with engine.start(job, params) as run:
-            return run.effect(step, "local_write", execute=nope, **extra)
+            return run.effect(step, **given(extra))
 
     for ask in asks:
         assert _answer(lambda: by_once(*ask)) == _answer(lambda: by_effect(*ask)), ask  # noqa: B023

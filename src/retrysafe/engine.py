@@ -608,11 +608,16 @@ class Engine:
 
             parse_class(effect_class)
         backend = self.ledger.backend
-        if connector is None and not (backend.single_statement_moves and self._look_first):
+        if not (backend.single_statement_moves and self._look_first):
             # where begin would read first anyway (SQLite; a server's engine that met a done
             # outcome last): one narrow read answers a re-run of a done outcome whose step
             # simply stands, as effect() would answer it; anything else goes the whole way
             # (a server's new outcome is then claimed by the first look)
+            if connector is not None:  # (what effect() refuses first, on a done outcome too)
+                from .effects import parse_class
+
+                connector.validate(payload or {})
+                parse_class(effect_class or connector.effect_class)
             seen = self.ledger.step_answer(key, step_key(key, step, item))
             if seen is None:
                 self._look_first = True
