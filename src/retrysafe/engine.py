@@ -363,7 +363,7 @@ class Engine:
         if claim.status is ClaimStatus.STARTED:
             assert claim.attempt is not None
             run = self.run_for(spec, claim.attempt, claim.outcome, folder_on_demand=not folder)
-            if first_look and intended:
+            if intended:  # (by the first look's claim)
                 assert intent is not None
                 run._intended = intent.step_key
             if folder:
@@ -597,15 +597,15 @@ class Engine:
         """:func:`once` on this engine."""
         # a bad step name, item, effect class, execute or lookup is refused before anything
         # is written (under start() the block would have claimed an attempt first)
+        from .effects import parse_class
+
         keyed = self.outcome_key(job, params or {})
         spec, key, _ = keyed
-        step_key(key, step, item)
+        skey = step_key(key, step, item)
         fp = check_fields(step, check, connector_name, payload)
         if connector is None:
             check_callables(step, effect_class, execute, lookup)
             assert effect_class is not None
-            from .effects import parse_class
-
             parse_class(effect_class)
         backend = self.ledger.backend
         if not (backend.single_statement_moves and self._look_first):
@@ -614,11 +614,9 @@ class Engine:
             # simply stands, as effect() would answer it; anything else goes the whole way
             # (a server's new outcome is then claimed by the first look)
             if connector is not None:  # (what effect() refuses first, on a done outcome too)
-                from .effects import parse_class
-
                 connector.validate(payload or {})
                 parse_class(effect_class or connector.effect_class)
-            seen = self.ledger.step_answer(key, step_key(key, step, item))
+            seen = self.ledger.step_answer(key, skey)
             if seen is None:
                 self._look_first = True
             elif (seen.state == OutcomeState.DONE and seen.job == spec.name
@@ -631,7 +629,7 @@ class Engine:
         share = backend.shares_commits and clear
         intent = None
         if backend.single_statement_moves:
-            intent = _first_intent(spec, key, step, effect_class, lookup, connector,
+            intent = _first_intent(spec, skey, step, effect_class, lookup, connector,
                                    connector_name, fp, item, check)
         started = _Started(self, job, params or {}, heartbeat and not share, share, keyed,
                            intent)
@@ -671,7 +669,7 @@ class Engine:
         return evidence
 
 
-def _first_intent(spec: Job, key: str, step: str, effect_class: str | EffectClass | None,
+def _first_intent(spec: Job, skey: str, step: str, effect_class: str | EffectClass | None,
                   lookup: Lookup | None, connector: ConnectorBase | None,
                   connector_name: str | None, fp: str | None, item: str | None,
                   check: str | None) -> Intent | None:
@@ -695,7 +693,7 @@ def _first_intent(spec: Job, key: str, step: str, effect_class: str | EffectClas
         fields["connector"] = connector_name
     if fp is not None:
         fields["fingerprint"] = fp
-    return Intent(step_key(key, step, item), step, item or "", "effect", fields)
+    return Intent(skey, step, item or "", "effect", fields)
 
 
 class _Started:

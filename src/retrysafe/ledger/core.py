@@ -60,7 +60,7 @@ from .records import (
     step_from_values,
 )
 
-__all__ = ["Intent", "LedgerCore", "Liveness", "lease_only"]
+__all__ = ["Intent", "LedgerCore", "Liveness", "StepAnswer", "lease_only"]
 
 Liveness = Callable[[AttemptRecord, list[Holder]], tuple[bool | None, str]]
 """Answers "does anything of this attempt still run?" given the attempt and the
