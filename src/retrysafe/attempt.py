@@ -16,10 +16,9 @@ import json
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import EllipsisType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import closeout, envvars, heartbeat
 from .crash import injector, never
@@ -186,8 +185,7 @@ def _said(exc: BaseException) -> str:
     return said.replace("\x00", "\\x00")
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     """What to do about one effect step (``retrysafe check``).
 
     ``action`` says what (:class:`~retrysafe.states.Action`): ``skip`` has the

@@ -9,10 +9,10 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import keys
 from .effects import EffectClass, Policy, parse_overrides
@@ -71,16 +71,16 @@ def ensure_home(home: Path) -> Path:
     return home
 
 
-@dataclass(frozen=True)
-class Job:
-    """A declared automation: a key template and typed parameters."""
+class Job(NamedTuple):
+    """A declared automation: a key template and typed parameters (a named tuple: no
+    ``dataclasses`` import on the command line's path)."""
 
     name: str
     key: str
-    params: Mapping[str, str] = field(default_factory=dict)
+    params: Mapping[str, str] = MappingProxyType({})
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     lease_seconds: int = DEFAULT_LEASE_SECONDS
-    classes: Mapping[EffectClass, Policy] = field(default_factory=dict)
+    classes: Mapping[EffectClass, Policy] = MappingProxyType({})
     expected_artifacts: tuple[str, ...] = ()
     accept: tuple[str | UrlCheck, ...] = ()
     """shell commands, and URL checks (``checks.py``), that must pass before ``done``"""
@@ -298,8 +298,7 @@ def _keep(name: str, value: object) -> float | None:
     return seconds
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
     """Where things are, after applying flag > environment > config > default."""
 
     home: Path
@@ -308,8 +307,7 @@ class Settings:
     sqlite_synchronous: str = "full"
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(NamedTuple):
     settings: Settings
     jobs: Mapping[str, Job]
     connectors: Mapping[str, Mapping[str, Any]]

@@ -31,9 +31,8 @@ job in the config::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import ConfigError, InvalidInput
 
@@ -56,9 +55,9 @@ class OnUnknown(StrEnum):
     BLOCK = "block"
 
 
-@dataclass(frozen=True)
-class Policy:
-    """What the engine may do on its own for one effect class."""
+class Policy(NamedTuple):
+    """What the engine may do on its own for one effect class (a named tuple: no
+    ``dataclasses`` import on the command line's path)."""
 
     retry_failed: bool
     on_unknown: OnUnknown
@@ -109,14 +108,14 @@ def parse_overrides(job: str, table: Mapping[str, Any]) -> dict[EffectClass, Pol
                 if not isinstance(value, bool):
                     raise ConfigError(f"job {job!r}: classes.{cls_name}.{field} must be true or false")
                 if field == "retry_failed":
-                    policy = replace(policy, retry_failed=value)
+                    policy = policy._replace(retry_failed=value)
                 elif field == "approval":
-                    policy = replace(policy, approval=value)
+                    policy = policy._replace(approval=value)
                 else:
-                    policy = replace(policy, lookup_first=value)
+                    policy = policy._replace(lookup_first=value)
             elif field == "on_unknown":
                 try:
-                    policy = replace(policy, on_unknown=OnUnknown(value))
+                    policy = policy._replace(on_unknown=OnUnknown(value))
                 except ValueError:
                     valid = ", ".join(o.value for o in OnUnknown)
                     raise ConfigError(

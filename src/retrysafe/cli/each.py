@@ -11,7 +11,6 @@ so its claim, lease, close-out, exit code and ``resume`` are run's.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import json
 import os
@@ -151,7 +150,7 @@ def _check_fixed(job: Job, item_param: str, fixed: Mapping[str, str], now: datet
         raise InvalidParameter(f"job {job.name!r}: unknown parameter {unknown[0]!r} "
                                f"(declared: {', '.join(job.params)})")
     others = {name: kind for name, kind in job.params.items() if name != item_param}
-    dataclasses.replace(job, params=others).resolve_params(fixed, now)
+    job._replace(params=others).resolve_params(fixed, now)
 
 
 def _command(cmd: Sequence[str], item: str) -> list[str]:

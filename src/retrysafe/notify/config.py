@@ -240,7 +240,7 @@ def attach_plans(raw: Mapping[str, Any], jobs: Mapping[str, Job],
         table = tables.get(name, {}) if isinstance(tables, Mapping) else {}
         plan = job_plan(base, name, table.get("notify") if isinstance(table, Mapping) else None,
                         raw, config_path)
-        out[name] = replace(job, notify=plan)
+        out[name] = job._replace(notify=plan)
     return out
 
 
