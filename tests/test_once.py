@@ -447,18 +447,24 @@ def test_the_module_call_keeps_its_engine(home: Home) -> None:
 # --- crash drills: a real process killed at each point, then run again ------------
 
 DRILL = """
+import os
+import signal
 import sys
 from pathlib import Path
 
 import retrysafe
 from retrysafe import ABSENT, Found
 
-box = Path(sys.argv[2])
+home, box, step, cls, kill = sys.argv[1], Path(sys.argv[2]), *sys.argv[3:6]
 
 
 def send(step_key):
+    if kill == "before":  # (from inside the effect, before it acts)
+        os.kill(os.getpid(), signal.SIGKILL)
     with box.open("a") as f:
         f.write(step_key + "\\n")
+    if kill == "after":  # (after it acted, before it returns)
+        os.kill(os.getpid(), signal.SIGKILL)
     return "sent-" + step_key
 
 
@@ -467,17 +473,22 @@ def lookup(step_key):
     return Found("sent-" + step_key) if step_key in lines else ABSENT
 
 
-print(retrysafe.once("rep", {"week": "2026-W10"}, "send", "message", execute=send,
-                     lookup=lookup, home=sys.argv[1]))
+print(retrysafe.once("rep", {"week": "2026-W10"}, step, cls, execute=send, lookup=lookup,
+                     home=home))
 """
 
 
-def _drill(home: Home, box: Path, crash_at: str = "") -> subprocess.CompletedProcess[str]:
+def _drill(home: Home, box: Path, crash_at: str = "", *, step: str = "send",
+           cls: str = "message", kill: str = "") -> subprocess.CompletedProcess[str]:
+    """One once() of ``step`` in a process of its own, its effect writing to ``box`` (and
+    its lookup reading it), killed at ``crash_at`` or from inside the effect (``kill``:
+    before or after it acts)."""
     env = dict(home.env)
     if crash_at:
         env["RETRYSAFE_CRASH_AT"] = crash_at
-    return subprocess.run([sys.executable, "-c", DRILL, str(home.path), str(box)], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run([sys.executable, "-c", DRILL, str(home.path), str(box), step, cls,
+                           kill], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
 
 
 @pytest.mark.parametrize("point", ["before-intent", "after-intent", "after-execute",
@@ -510,29 +521,17 @@ def test_a_kill_at_each_point_then_a_rerun_performs_the_effect_once(
     assert out is not None and out.state == "done"
 
 
-WRITE = """
-import sys
-
-import retrysafe
-
-print(retrysafe.once("rep", {"week": "2026-W10"}, "save", "local_write",
-                     execute=lambda k: "saved-" + k, home=sys.argv[1]))
-"""
-
-
 @pytest.mark.parametrize("point", ["save:before-intent", "save:after-intent",
                                    "save:after-execute", "save:after-record"])
 def test_the_journal_tells_of_nothing_the_ledger_does_not_hold(
-        any_home: Home, point: str) -> None:
+        any_home: Home, tmp_path: Path, point: str) -> None:
     """A kill at each point: every line of the job's journal is of an outcome, an
     attempt and a step the ledger holds. On SQLite the claim and the intent commit
     together, so their lines are written once that commit is in, not before it (a kill
     before it leaves neither)."""
     any_home.path.mkdir()
     any_home.config(CONFIG)
-    killed = subprocess.run([sys.executable, "-c", WRITE, str(any_home.path)],
-                            env={**any_home.env, "RETRYSAFE_CRASH_AT": point},
-                            capture_output=True, text=True, timeout=120, check=False)
+    killed = _drill(any_home, tmp_path / "box.txt", point, step="save", cls="local_write")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     journal = any_home.path / "runs" / "rep" / ".journal"
     lines = [json.loads(line) for f in sorted(journal.glob("*.jsonl"))
@@ -549,38 +548,6 @@ def test_the_journal_tells_of_nothing_the_ledger_does_not_hold(
         assert [x["action"] for x in lines][:2] == ["begin", "intent"]
 
 
-KILLED_IN_EXECUTE = """
-import os
-import signal
-import sys
-from pathlib import Path
-
-import retrysafe
-from retrysafe import ABSENT, Found
-
-box, when = Path(sys.argv[2]), sys.argv[3]
-
-
-def commit(step_key):
-    if when == "before":
-        os.kill(os.getpid(), signal.SIGKILL)
-    with box.open("a") as f:
-        f.write(step_key + "\\n")
-    if when == "after":
-        os.kill(os.getpid(), signal.SIGKILL)
-    return "c-" + step_key
-
-
-def lookup(step_key):
-    lines = box.read_text().splitlines() if box.exists() else []
-    return Found("c-" + step_key) if step_key in lines else ABSENT
-
-
-print(retrysafe.once("rep", {"week": "2026-W10"}, "commit", "git_commit", execute=commit,
-                     lookup=lookup, home=sys.argv[1]))
-"""
-
-
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_a_kill_inside_execute_leaves_the_intent_and_the_rerun_looks_it_up(
         any_home: Home, tmp_path: Path, when: str) -> None:
@@ -592,10 +559,8 @@ def test_a_kill_inside_execute_leaves_the_intent_and_the_rerun_looks_it_up(
     any_home.config(CONFIG)
     box = tmp_path / "commits.txt"
 
-    def call(mode: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", KILLED_IN_EXECUTE, str(any_home.path),
-                               str(box), mode], env=any_home.env, capture_output=True,
-                              text=True, timeout=120, check=False)
+    def call(kill: str) -> subprocess.CompletedProcess[str]:
+        return _drill(any_home, box, step="commit", cls="git_commit", kill=kill)
 
     killed = call(when)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
@@ -604,7 +569,7 @@ def test_a_kill_inside_execute_leaves_the_intent_and_the_rerun_looks_it_up(
     assert step is not None and step.state == "running" and step.tries == 1
     again = call("")
     assert again.returncode == 0, again.stderr
-    assert again.stdout.strip() == "c-rep:2026-W10/commit"
+    assert again.stdout.strip() == "sent-rep:2026-W10/commit"
     assert box.read_text().splitlines() == ["rep:2026-W10/commit"]  # once either way
     with any_home.open_ledger() as ledger:
         out = ledger.outcome("rep:2026-W10")

@@ -105,6 +105,22 @@ def check_fields(name: str, check: str | None, connector_name: str | None,
                            f"({type(exc).__name__}: {exc})") from None
 
 
+def intent_fields(effect_class: object, check: str | None, connector: str | None,
+                  fp: str | None) -> dict[str, Any]:
+    """What an effect's intent records besides its state and runner: its class, and its
+    check command, connector name and payload fingerprint where given (:meth:`Run.effect`,
+    and the intent :meth:`Engine.once <retrysafe.engine.Engine.once>` writes with a
+    claim)."""
+    fields: dict[str, Any] = {"effect_class": str(effect_class)}
+    if check is not None:
+        fields["check_cmd"] = check
+    if connector is not None:
+        fields["connector"] = connector
+    if fp is not None:
+        fields["fingerprint"] = fp
+    return fields
+
+
 def fingerprint(payload: Mapping[str, Any]) -> str:
     import hashlib
 
@@ -542,13 +558,7 @@ class Run:
         """Write the intent; ``explain=False``: return ``False`` if the step was
         not in the expected state (or the fence is lost) instead of saying why."""
         self._crash_point(name, "before-intent")
-        fields: dict[str, Any] = {"effect_class": str(effect_class)}
-        if check is not None:
-            fields["check_cmd"] = check
-        if connector is not None:
-            fields["connector"] = connector
-        if fingerprint is not None:
-            fields["fingerprint"] = fingerprint
+        fields = intent_fields(effect_class, check, connector, fingerprint)
         attempt = self._attempt()
         if not self.ledger.move_step(
                 attempt, skey, _RUNNING_V, name=name, item=item or "", kind=kind,
@@ -651,16 +661,13 @@ class Run:
                     self._log(skey, "intent", "running")
                     self._point(name, "after-intent")
                     return self._perform(skey, name, item, execute)
-            policy = policy_for(cls, self.job.classes)
-            if not policy.approval and not (policy.lookup_first and first) and self._intent(
+            if policy_for(cls, self.job.classes).intent_first(first) and self._intent(
                     skey, name, item, cls, None, check=check, connector=connector_name,
                     fingerprint=fp, explain=False):
                 return self._perform(skey, name, item, execute)
             self._leave_shared()  # (a read, a lookup or a refusal comes next)
         # what an intent records, for a step settled or blocked before its first one
-        known_as = {"effect_class": str(cls), "check_cmd": check, "connector": connector_name,
-                    "fingerprint": fp}
-        known_as = {k: v for k, v in known_as.items() if v is not None}
+        known_as = intent_fields(cls, check, connector_name, fp)
         step = self._known.get(skey) if self._known is not None else self.ledger.step(skey)
         if step is not None and step.kind == "generate":
             # its evidence is an artifact's checksum: taken as this effect's, the effect

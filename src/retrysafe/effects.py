@@ -64,6 +64,11 @@ class Policy(NamedTuple):
     approval: bool
     lookup_first: bool = False
 
+    def intent_first(self, asks_lookup: bool) -> bool:
+        """Does a step never seen go straight to its intent (no approval to wait for, no
+        lookup to ask first, ``asks_lookup``: one that can find something is given)?"""
+        return not self.approval and not (self.lookup_first and asks_lookup)
+
 
 _C = EffectClass
 DEFAULT_POLICIES: Mapping[EffectClass, Policy] = {

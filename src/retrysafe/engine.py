@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import envvars
-from .attempt import Execute, Lookup, Run, check_callables, check_fields
+from .attempt import Execute, Lookup, Run, check_callables, check_fields, intent_fields
 from .config import Config, Job, ensure_home, load_config
 from .errors import (
     NAMED,
@@ -603,10 +603,11 @@ class Engine:
         spec, key, _ = keyed
         skey = step_key(key, step, item)
         fp = check_fields(step, check, connector_name, payload)
+        cls = None
         if connector is None:
             check_callables(step, effect_class, execute, lookup)
             assert effect_class is not None
-            parse_class(effect_class)
+            cls = parse_class(effect_class)
         backend = self.ledger.backend
         if not (backend.single_statement_moves and self._look_first):
             # where begin would read first anyway (SQLite; a server's engine that met a done
@@ -628,9 +629,9 @@ class Engine:
         clear = not spec.expected_artifacts and not spec.accept
         share = backend.shares_commits and clear
         intent = None
-        if backend.single_statement_moves:
-            intent = _first_intent(spec, skey, step, effect_class, lookup, connector,
-                                   connector_name, fp, item, check)
+        if backend.single_statement_moves and cls is not None:  # (a connector validates first)
+            intent = _first_intent(spec, cls, skey, step, item, lookup is not None,
+                                   intent_fields(cls, check, connector_name, fp))
         started = _Started(self, job, params or {}, heartbeat and not share, share, keyed,
                            intent)
         try:
@@ -669,30 +670,15 @@ class Engine:
         return evidence
 
 
-def _first_intent(spec: Job, skey: str, step: str, effect_class: str | EffectClass | None,
-                  lookup: Lookup | None, connector: ConnectorBase | None,
-                  connector_name: str | None, fp: str | None, item: str | None,
-                  check: str | None) -> Intent | None:
-    """The intent :meth:`Engine.once` may write with a new outcome's claim on a server:
-    the one :meth:`Run.effect` would write first thing for a step its outcome never saw
-    (no approval to wait for, no lookup to ask first), with what it would record; None
-    where effect() would do anything else first (a connector validates its payload), so
-    that nothing is written for bad input."""
-    if connector is not None or effect_class is None:
-        return None
-    from .effects import parse_class, policy_for
+def _first_intent(spec: Job, cls: EffectClass, skey: str, step: str, item: str | None,
+                  asks_lookup: bool, fields: dict[str, Any]) -> Intent | None:
+    """The intent :meth:`Engine.once` writes with a new outcome's claim on a server: the
+    one :meth:`Run.effect` would write first thing (the same rule, the same fields), or
+    None where effect() would do anything else first."""
+    from .effects import policy_for
 
-    cls = parse_class(effect_class)  # (once() checked it, and execute and lookup)
-    policy = policy_for(cls, spec.classes)
-    if policy.approval or (policy.lookup_first and lookup is not None):
+    if not policy_for(cls, spec.classes).intent_first(asks_lookup):
         return None
-    fields: dict[str, Any] = {"effect_class": str(cls)}
-    if check is not None:
-        fields["check_cmd"] = check
-    if connector_name is not None:
-        fields["connector"] = connector_name
-    if fp is not None:
-        fields["fingerprint"] = fp
     return Intent(skey, step, item or "", "effect", fields)
 
 

@@ -703,8 +703,8 @@ class LedgerCore:
         :meth:`move_step` says why); ``(True, None)``: recorded, not finished (close-out
         judges the steps); ``(True, outcome)``: both."""
         done = _S.DONE.value
-        changes = {"state": done, "attempt_id": attempt.id, "fence": attempt.fence,
-                   "reason": "", "cause": "", "evidence": to_column(evidence)}
+        changes = _step_changes(done, attempt.id, attempt.fence, "", "", attempt.holder,
+                                {"evidence": evidence})
         sql = moves.single_statement(self.backend.now_sql, None, (*changes, "updated_at"), 1,
                                      False, 0, len(_TO_DONE))
         rows = self.backend.execute_rows(sql, (
